@@ -1,0 +1,20 @@
+"""Where a rendered job goes: Slurm (sbatch), this machine (local), or submitit (Python).
+
+Backends take a finished script and a run directory; they never build commands themselves.
+"""
+from __future__ import annotations
+
+from .base import Backend, JobState
+
+
+def backend_for(scheduler: str) -> Backend:
+    if scheduler == "slurm":
+        from .slurm import SlurmBackend
+        return SlurmBackend()
+    if scheduler == "local":
+        from .local import LocalBackend
+        return LocalBackend()
+    raise ValueError(f"unknown scheduler {scheduler!r}")
+
+
+__all__ = ["Backend", "JobState", "backend_for"]

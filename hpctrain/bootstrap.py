@@ -1,0 +1,280 @@
+"""The per-rank bootstrap: prepares one rank's process, then runs the user's program in it.
+
+Standard library only: it runs under whatever interpreter the job uses (Isaac Sim's python, a
+container's), copied into the run directory and called by path:
+
+    python -m torch.distributed.run ... RUN_DIR/bootstrap.py RUN_DIR/bootstrap.json -- PROGRAM ARGS
+
+It never creates the process group (every RL library does that itself, and a second init
+fails). In order, it: works out the rank's identity; tees the rank's output into
+logs/rank-R.log with a "[rank R]" prefix on the console; sets per-rank environment (threads,
+seed offset, quiet non-zero ranks); in CPU mode installs the library's CPU shims; pins
+cuda:LOCAL_RANK when torch is imported; runs the program in this same process (so the above
+applies to it) and exits with its status, leaving status/rank-R.failed behind on failure.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import runpy
+import signal
+import socket
+import sys
+import traceback
+
+_HOOKS: dict[str, list] = {}
+
+
+# ----------------------------------------------------------------------------- import hooks
+
+class _AfterImport:
+    """A meta-path finder that runs callbacks right after a module is first imported."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _HOOKS:
+            return None
+        # Find the real spec with ourselves out of the way, then wrap its loader.
+        sys.meta_path.remove(self)
+        try:
+            import importlib.util
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        real_exec = loader.exec_module
+
+        def exec_module(module, _real=real_exec, _name=name):
+            _real(module)
+            for fn in _HOOKS.pop(_name, []):
+                fn(module)
+        loader.exec_module = exec_module
+        return spec
+
+
+_FINDER = _AfterImport()
+
+
+def after_import(name: str, fn) -> None:
+    """Run fn(module) once `name` is imported (at once if it already is)."""
+    if name in sys.modules:
+        fn(sys.modules[name])
+        return
+    _HOOKS.setdefault(name, []).append(fn)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
+
+# ----------------------------------------------------------------------------- identity
+
+def identity(config: dict) -> dict:
+    """This rank's place in the job, from torchrun's variables or Slurm's task variables."""
+    env = os.environ
+    if config.get("launcher") == "tasks" and "RANK" not in env:
+        # One Slurm task per rank (JAX): Slurm's ids are the ranks.
+        rank = int(env.get("SLURM_PROCID", "0"))
+        local = int(env.get("SLURM_LOCALID", "0"))
+        world = int(env.get("SLURM_NTASKS", "1"))
+        local_world = int(env.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0])
+    else:
+        rank = int(env.get("RANK", "0"))
+        local = int(env.get("LOCAL_RANK", "0"))
+        world = int(env.get("WORLD_SIZE", "1"))
+        local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
+    return {"rank": rank, "local_rank": local, "world_size": world,
+            "local_world_size": local_world, "node": env.get("SLURMD_NODENAME") or socket.gethostname()}
+
+
+# ----------------------------------------------------------------------------- output
+
+def tee_output(path: str, prefix: str) -> None:
+    """Send fds 1 and 2 through a child that writes them to `path` and, prefixed, to the console.
+
+    A child process rather than a thread: it outlives a crash of this process and drains the
+    last lines (the traceback) after it; it ignores the signals Slurm and torchrun send, and ends
+    when the last writer closes the pipe.
+    """
+    console = os.dup(1)
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(write_end)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, signal.SIG_IGN)
+        head = prefix.encode()
+        pending = b""
+        with open(path, "ab", buffering=0) as log:
+            while True:
+                try:
+                    chunk = os.read(read_end, 65536)
+                except InterruptedError:
+                    continue
+                if not chunk:
+                    break
+                log.write(chunk)
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                if lines:
+                    _write_all(console, b"".join(head + line + b"\n" for line in lines))
+            if pending:
+                _write_all(console, head + pending + b"\n")
+        os._exit(0)
+    os.close(read_end)
+    os.dup2(write_end, 1)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    os.close(console)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        pass  # the console went away; the log file still has everything
+
+
+# ----------------------------------------------------------------------------- environment
+
+def gpu_present() -> bool:
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.isdir("/proc/driver/nvidia/gpus") \
+        and bool(os.listdir("/proc/driver/nvidia/gpus"))
+
+
+def cpu_mode_wanted(setting: str) -> bool:
+    if setting == "on":
+        return True
+    if setting == "off":
+        return False
+    return not gpu_present()
+
+
+def set_environment(config: dict, me: dict) -> None:
+    env = os.environ
+    if not config.get("threads_from_env"):
+        # torchrun sets OMP_NUM_THREADS=1 for every rank; the rank's own CPUs are what it has.
+        threads = str(config.get("cpus_per_proc") or 1)
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[name] = threads
+    seed = config.get("seed")
+    if seed is not None:
+        env["HPCTRAIN_BASE_SEED"] = str(seed)
+        env["HPCTRAIN_SEED"] = str(int(seed) + me["rank"])  # global rank: distinct on every node
+    env["HPCTRAIN_RANK"] = str(me["rank"])
+    env["HPCTRAIN_IS_MAIN"] = "1" if me["rank"] == 0 else "0"
+    if me["rank"] != 0:
+        env.setdefault("TQDM_DISABLE", "1")  # one progress bar per job, not one per rank
+    timeout = config.get("collective_timeout")
+    if timeout:
+        env["HPCTRAIN_COLLECTIVE_TIMEOUT"] = str(timeout)
+
+
+def pin_device(me: dict) -> None:
+    """cuda:LOCAL_RANK once torch is imported, with every GPU of the node left visible."""
+    local = me["local_rank"]
+
+    def pin(torch):
+        if not torch.cuda.is_available():
+            return
+        count = torch.cuda.device_count()
+        if local < count:
+            torch.cuda.set_device(local)
+        else:
+            print(f"hpctrain: warning: rank {me['rank']} has LOCAL_RANK {local} but only {count} "
+                  "GPU(s) are visible (per-rank CUDA_VISIBLE_DEVICES?): using cuda:0",
+                  file=sys.stderr)
+            torch.cuda.set_device(0)
+    after_import("torch", pin)
+
+
+def install_cpu_shims(library: str) -> list[str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        import cpu_mode  # copied beside this file
+    except ImportError:
+        return []
+    return cpu_mode.install(library)
+
+
+# ----------------------------------------------------------------------------- running
+
+def run_program(argv: list[str]) -> int:
+    """Run the program in this process; return its exit status."""
+    if not argv:
+        print("hpctrain: bootstrap: no program given", file=sys.stderr)
+        return 2
+    if argv[0] == "-m" and len(argv) > 1:
+        sys.argv = [argv[1], *argv[2:]]
+        target = ("module", argv[1])
+    elif argv[0].endswith(".py"):
+        sys.argv = list(argv)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+        target = ("path", argv[0])
+    else:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execvp(argv[0], argv)  # not Python: hand the process over
+    try:
+        if target[0] == "module":
+            runpy.run_module(target[1], run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target[1], run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    return 0
+
+
+def record_failure(status_dir: str, me: dict, code: int, error: str) -> None:
+    try:
+        os.makedirs(status_dir, exist_ok=True)
+        with open(os.path.join(status_dir, f"rank-{me['rank']}.failed"), "w") as f:
+            f.write(f"rank {me['rank']} on {me['node']} exited {code}: {error}\n")
+    except OSError:
+        pass
+
+
+def main(args: list[str]) -> int:
+    if len(args) < 2 or args[1] != "--":
+        print("usage: bootstrap.py CONFIG.json -- PROGRAM [ARGS...]", file=sys.stderr)
+        return 2
+    with open(args[0]) as f:
+        config = json.load(f)
+    me = identity(config)
+    run_dir = os.environ.get("HPCTRAIN_RUN_DIR") or os.path.dirname(os.path.abspath(args[0]))
+    os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+    tee_output(os.path.join(run_dir, "logs", f"rank-{me['rank']}.log"), f"[rank {me['rank']}] ")
+    error = ""
+    try:
+        set_environment(config, me)
+        if cpu_mode_wanted(config.get("cpu_mode", "auto")):
+            os.environ["HPCTRAIN_CPU_MODE"] = "1"
+            patched = install_cpu_shims(config.get("library", "command"))
+            if patched and me["rank"] == 0:
+                print("hpctrain: CPU mode: " + "; ".join(patched), file=sys.stderr)
+        else:
+            pin_device(me)
+        code = run_program(args[2:])
+    except BaseException as exc:  # the program's own crash: show it, record it, exit non-zero
+        traceback.print_exc()
+        code, error = 1, f"{type(exc).__name__}: {exc}"
+    if code != 0:
+        record_failure(os.path.join(run_dir, "status"), me, code, error or f"exit status {code}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

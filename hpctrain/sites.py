@@ -1,0 +1,51 @@
+"""Finding and loading site profiles: packaged, per-user, on $HPCTRAIN_SITE_PATH, or by path."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import HpctrainError, did_you_mean
+from .spec import SiteProfile, convert_site
+from .yamlfile import Located, load_file
+
+PACKAGED = Path(__file__).parent / "site_configs"
+
+
+def search_dirs() -> list[Path]:
+    """Where site profiles are looked up, first match wins."""
+    dirs = [Path(p) for p in os.environ.get("HPCTRAIN_SITE_PATH", "").split(os.pathsep) if p]
+    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    dirs.append(config_home / "hpctrain" / "sites")
+    dirs.append(PACKAGED)
+    return dirs
+
+
+def available() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for d in search_dirs():
+        if d.is_dir():
+            for f in sorted(d.glob("*.yaml")):
+                found.setdefault(f.stem, f)
+    return found
+
+
+def find(name: str) -> Path:
+    if name.endswith((".yaml", ".yml")) or os.sep in name:
+        path = Path(name)
+        if not path.is_file():
+            raise HpctrainError(f"site profile file not found: {name}", fix="check the path")
+        return path
+    for d in search_dirs():
+        path = d / f"{name}.yaml"
+        if path.is_file():
+            return path
+    sites = available()
+    raise HpctrainError(
+        f"unknown site '{name}'",
+        fix=did_you_mean(name, sites) + "; or add sites/" + name + ".yaml under "
+        + str(search_dirs()[-2]) + " or a directory on $HPCTRAIN_SITE_PATH")
+
+
+def load(name: str) -> tuple[SiteProfile, Located]:
+    doc = load_file(find(name))
+    return convert_site(doc), doc

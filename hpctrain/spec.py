@@ -1,0 +1,321 @@
+"""The job model: what a job file and a site profile may say, merged and validated.
+
+One schema (msgspec Structs) checks job files and site profiles. msgspec rather than pydantic
+because `hpctrain render` must start in well under 0.2 s: pydantic's import plus model build
+costs ~0.1 s, msgspec's ~0.015 s, with the same strictness (unknown keys, types, bounds).
+Merging order: site defaults < job file < `--set key.path=value`.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated, Any, Literal, Union
+
+import msgspec
+from msgspec import Meta, Struct, field
+
+from .errors import HpctrainError, did_you_mean
+from .yamlfile import Located
+
+LIBRARIES = ("rl_games", "rsl_rl", "skrl", "skrl_jax", "di_engine", "command")
+TORCH_LIBRARIES = ("rl_games", "rsl_rl", "skrl", "di_engine")
+
+Name = Annotated[str, Meta(pattern=r"^[a-zA-Z0-9_.-]+$")]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+EnvValue = Union[str, int, float, bool]
+# Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
+SlurmTime = Annotated[str, Meta(pattern=r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})$")]
+Memory = Annotated[str, Meta(pattern=r"^\d+[KMGT]?$")]
+Count = Annotated[int, Meta(ge=1)]
+NonNeg = Annotated[int, Meta(ge=0)]
+Seconds = Annotated[int, Meta(ge=1)]
+
+
+class _Strict(Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    pass
+
+
+class Resources(_Strict):
+    nodes: Count = 1
+    gpus_per_node: NonNeg = 0
+    procs_per_node: Count | None = None  # ranks per node; None: gpus_per_node, or 1 without GPUs
+    cpus_per_proc: Count = 1
+    mem: Memory | None = None  # per node, Slurm's --mem
+    time: SlurmTime = "01:00:00"
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    exclusive: bool = False
+
+
+class Launcher(_Strict):
+    """How torchrun runs the ranks; timeouts in seconds, None = sized to the job."""
+    max_restarts: NonNeg = 0  # torchrun restarts of the whole worker group inside one allocation
+    join_timeout: Seconds | None = None  # all nodes must join the rendezvous within this
+    last_call_timeout: Seconds | None = None  # grace for late nodes once the minimum joined
+    close_timeout: Seconds | None = None
+    collective_timeout: Seconds | None = None  # process-group (NCCL/gloo) collective timeout
+    monitor_interval: Annotated[float, Meta(gt=0)] | None = None
+    preflight: bool | None = None  # None: on for multi-node jobs
+
+
+class Preemption(_Strict):
+    signal: Literal["USR1", "USR2", "TERM", "INT", "HUP", "URG"] = "USR2"
+    lead_time: Seconds = 120  # seconds before the time limit that Slurm sends the signal
+    grace: Seconds = 90  # how long the ranks get to save after the signal
+    requeue: bool = True
+    max_requeues: NonNeg = 3
+
+
+class Sweep(_Strict):
+    grid: dict[str, list[Any]] = {}  # key.path -> values; the cartesian product
+    variants: list[dict[str, Any]] = []  # explicit variants, each a {key.path: value} mapping
+    seeds: list[int] = []  # every variant once per seed
+    parallel: Count | None = None  # array tasks running at once (%K); None: site default
+
+
+class JobSpec(_Strict):
+    name: Name
+    site: str | None = None
+    library: Literal["rl_games", "rsl_rl", "skrl", "skrl_jax", "di_engine", "command"] = "command"
+    script: str | None = None  # None: the library's Isaac Lab train.py
+    args: list[Union[str, int, float]] = []
+    # The interpreter on the nodes, as a command: "/opt/venv/bin/python", "isaaclab.sh -p".
+    # None: the interpreter running hpctrain (like submitit), right when the venv is shared.
+    python: str | None = None
+    task: str | None = None  # Isaac Lab task, e.g. Isaac-Cartpole-v0
+    isaaclab: str | None = None  # path of the Isaac Lab checkout on the cluster
+    config: str | None = None  # DI-engine config file
+    resources: Resources = field(default_factory=Resources)
+    env: dict[EnvName, EnvValue] = {}
+    secrets: list[EnvName] = []
+    seed: int | None = None
+    cpu_mode: Literal["auto", "on", "off"] | None = None  # None: the site's choice
+    launcher: Launcher = field(default_factory=Launcher)
+    preemption: Preemption = field(default_factory=Preemption)
+    sweep: Sweep | None = None
+    setup: list[str] = []  # shell lines run before the launch on the batch host
+    runs_dir: str | None = None  # None: $HPCTRAIN_RUNS_DIR, else ./runs
+
+
+class HeadAddress(_Strict):
+    """How nodes reach the rendezvous host: its Slurm name, its IP on an interface, name+suffix."""
+    mode: Literal["nodename", "interface", "suffix"] = "nodename"
+    interface: str | None = None  # mode interface: e.g. ib0 (the head's IPv4 on it)
+    suffix: str | None = None  # mode suffix: e.g. -ib  (node12 -> node12-ib)
+
+
+class PortRule(_Strict):
+    """Rendezvous port: fixed, or base + 2*(job id mod span/2) — the same on every node."""
+    base: Annotated[int, Meta(ge=1024, le=65534)] = 61000  # above Linux's ephemeral 32768-60999
+    span: Annotated[int, Meta(ge=2)] = 4536
+    fixed: Annotated[int, Meta(ge=1024, le=65534)] | None = None
+
+
+class Limits(_Strict):
+    max_nodes: Count | None = None
+    max_gpus_per_node: NonNeg | None = None
+    max_procs_per_node: Count | None = None
+    cpus_per_node: Count | None = None
+    max_time: SlurmTime | None = None
+    max_array_size: Count | None = None
+
+
+class SiteProfile(_Strict):
+    name: Name
+    description: str = ""
+    scheduler: Literal["slurm", "local"] = "slurm"
+    gpu_request: Literal["gpus-per-node", "gres"] = "gpus-per-node"
+    gpu_type: str | None = None  # --gres=gpu:TYPE:N / --gpus-per-node=TYPE:N
+    limits: Limits = field(default_factory=Limits)
+    modules: list[str] = []  # `module load` arguments
+    setup: list[str] = []  # shell lines (the site's own, trusted) before the launch
+    sbatch_extra: list[str] = []  # extra directives, e.g. "--reservation=rl"
+    sbatch_skip: list[str] = []  # directives this site rejects, e.g. "mem"
+    env: dict[EnvName, EnvValue] = {}  # NCCL tuning and the like, for every rank
+    head: HeadAddress = field(default_factory=HeadAddress)
+    port: PortRule = field(default_factory=PortRule)
+    cpu_mode: Literal["auto", "on", "off"] = "auto"
+    array_parallelism: Count | None = None
+    defaults: dict[str, Any] = {}  # job-file keys that every job on this site starts from
+
+
+# ---------------------------------------------------------------------------- merging
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
+    """'resources.nodes=2' -> (('resources', 'nodes'), 2); values are YAML scalars/lists."""
+    if "=" not in text:
+        raise HpctrainError(f"--set needs key.path=value, got '{text}'",
+                            fix="e.g. --set resources.nodes=2")
+    key, _, raw = text.partition("=")
+    path = tuple(p for p in key.strip().split(".") if p)
+    if not path:
+        raise HpctrainError(f"--set has an empty key in '{text}'", fix="e.g. --set resources.nodes=2")
+    import yaml  # already imported by yamlfile; local to keep the dependency visible here
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return path, value
+
+
+def set_path(data: dict, path: tuple, value) -> dict:
+    out = dict(data)
+    node = out
+    for key in path[:-1]:
+        child = node.get(key)
+        child = dict(child) if isinstance(child, dict) else {}
+        node[key] = child
+        node = child
+    node[path[-1]] = value
+    return out
+
+
+# ---------------------------------------------------------------------------- errors
+
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_SEG = re.compile(r"\.([A-Za-z0-9_\-]+)|\[(\d+|\.\.\.)\]")
+
+
+def _split_path(text: str) -> tuple:
+    return tuple(m.group(1) if m.group(1) is not None else
+                 (int(m.group(2)) if m.group(2).isdigit() else "...")
+                 for m in _SEG.finditer(text or ""))
+
+
+def _type_at(root: type, path: tuple):
+    """The schema type at a key path (for listing valid keys), or None."""
+    import typing
+    tp = root
+    for key in path:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, Struct):
+            hints = typing.get_type_hints(tp, include_extras=True)
+            if key not in hints:
+                return None
+            tp = hints[key]
+        else:
+            args = typing.get_args(tp)
+            tp = args[-1] if args else None
+    return _unwrap(tp)
+
+
+def _unwrap(tp):
+    import typing
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin is Union or (origin is not None and str(origin) == "<class 'types.UnionType'>"):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if len(args) != 1:
+                return tp
+            tp = args[0]
+        else:
+            import types
+            if isinstance(tp, types.UnionType):
+                args = [a for a in tp.__args__ if a is not type(None)]
+                if len(args) == 1:
+                    tp = args[0]
+                    continue
+            return tp
+
+
+def _literal_options(tp) -> list[str] | None:
+    import typing
+    tp = _unwrap(tp)
+    if typing.get_origin(tp) is Literal:
+        return [str(a) for a in typing.get_args(tp)]
+    return None
+
+
+def explain(exc: msgspec.ValidationError, root: type, where) -> HpctrainError:
+    """Turn msgspec's message into what/where/fix. `where(path)` names the file:line."""
+    m = _AT.match(str(exc))
+    what, path = m.group("what"), _split_path(m.group("path") or "")
+    dotted = ".".join(str(p) for p in path)
+    fix = None
+    unknown = re.match(r"Object contains unknown field `([^`]*)`", what)
+    missing = re.match(r"Object missing required field `([^`]*)`", what)
+    if unknown:
+        key = unknown.group(1)
+        tp = _type_at(root, path)
+        fields = getattr(tp, "__struct_fields__", ())
+        what = f"unknown key '{key}'" + (f" in '{dotted}'" if dotted else "")
+        path = path + (key,)
+        fix = did_you_mean(key, fields) if fields else None
+    elif missing:
+        key = missing.group(1)
+        what = f"missing required key '{key}'" + (f" in '{dotted}'" if dotted else "")
+        fix = f"add '{key}: …'"
+    else:
+        options = _literal_options(_type_at(root, path))
+        if what.startswith("Invalid enum value") and options:
+            fix = "valid: " + ", ".join(options)
+            bad = re.search(r"'(.*)'", what)
+            if bad:
+                fix = did_you_mean(bad.group(1), options)
+        what = f"'{dotted}': {what[0].lower()}{what[1:]}" if dotted else what
+        if "regex" in what:
+            fix = _pattern_hint(path)
+    return HpctrainError(what, where(path), fix)
+
+
+def _pattern_hint(path: tuple) -> str | None:
+    last = path[-1] if path else ""
+    return {
+        "time": "use Slurm's format: MM, HH:MM:SS or D-HH:MM:SS, e.g. \"02:00:00\"",
+        "max_time": "use Slurm's format: MM, HH:MM:SS or D-HH:MM:SS, e.g. \"2-00:00:00\"",
+        "mem": "a number with an optional K/M/G/T suffix, e.g. 64G",
+        "name": "use letters, digits, '_', '.' and '-' only",
+    }.get(last) or ("names of environment variables: letters, digits and '_'"
+                    if path[:1] in (("env",), ("secrets",)) else None)
+
+
+# ---------------------------------------------------------------------------- conversion
+
+def convert_site(doc: Located) -> SiteProfile:
+    try:
+        return msgspec.convert(dict(doc), SiteProfile)
+    except msgspec.ValidationError as exc:
+        raise explain(exc, SiteProfile, doc.where) from None
+
+
+def slurm_seconds(text: str) -> int:
+    """Slurm time string -> seconds (formats as in `sbatch --time`)."""
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+        parts = [int(p) for p in text.split(":")]
+        h, m, s = (parts + [0, 0])[:3]
+    else:
+        parts = [int(p) for p in text.split(":")]
+        if len(parts) == 1:
+            h, m, s = 0, parts[0], 0
+        elif len(parts) == 2:
+            h, m, s = 0, parts[0], parts[1]
+        else:
+            h, m, s = parts
+    return ((days * 24 + h) * 60 + m) * 60 + s
+
+
+def env_text(value: EnvValue) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def default_runs_dir(spec: JobSpec) -> str:
+    return spec.runs_dir or os.environ.get("HPCTRAIN_RUNS_DIR") or "runs"
