@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install the system packages hpctrain's tests need (Debian/Ubuntu, run as root).
+# Idempotent and non-interactive: returns at once when everything is installed;
+# runs `apt-get update` only when something is missing.
+set -euo pipefail
+
+PACKAGES=(slurmctld slurmd slurm-client shellcheck iproute2 procps)
+
+if [[ ${EUID} -ne 0 ]]; then
+    echo "install-system-deps: must run as root" >&2
+    exit 1
+fi
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "${pkg}" 2>/dev/null || true)
+    if [[ "${status}" != "installed" ]]; then
+        missing+=("${pkg}")
+    fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+    exit 0
+fi
+
+echo "install-system-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt_opts=(-y -q --no-install-recommends -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
+
+# Only refresh the package lists when they are absent, or when the install fails
+# because they are stale.
+if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
+    apt-get update -q
+fi
+if ! apt-get install "${apt_opts[@]}" "${missing[@]}"; then
+    apt-get update -q
+    apt-get install "${apt_opts[@]}" "${missing[@]}"
+fi
