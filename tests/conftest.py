@@ -1,0 +1,90 @@
+"""Shared fixtures: an isolated hpctrain home, the CLI as a real subprocess, the real cluster."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CLUSTER_UP = ROOT / "tests" / "cluster" / "up.sh"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A private index/state/cache and runs directory for one test."""
+    h = tmp_path / "home"
+    monkeypatch.setenv("HPCTRAIN_HOME", str(h))
+    monkeypatch.setenv("HPCTRAIN_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("HPCTRAIN_SITE", raising=False)
+    monkeypatch.delenv("HPCTRAIN_SITE_PATH", raising=False)
+    return h
+
+
+class Cli:
+    """`python -m hpctrain ...` in a subprocess, from the repository root."""
+
+    def __call__(self, *args, check: bool | None = True, timeout: float = 120, env=None,
+                 cwd=ROOT) -> subprocess.CompletedProcess:
+        full_env = dict(os.environ, **(env or {}))
+        proc = subprocess.run([sys.executable, "-m", "hpctrain", *map(str, args)], cwd=cwd,
+                              capture_output=True, text=True, timeout=timeout, env=full_env)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"hpctrain {' '.join(map(str, args))} exited {proc.returncode}\n"
+                                 f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        return proc
+
+
+@pytest.fixture
+def cli(home) -> Cli:
+    return Cli()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The real local Slurm cluster (tests/cluster/up.sh is idempotent: ~0.05 s when up)."""
+    proc = subprocess.run(["bash", str(CLUSTER_UP)], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        pytest.fail(f"could not start the local Slurm cluster:\n{proc.stdout}\n{proc.stderr}")
+    return "localcluster"
+
+
+def job_state(job_id: str) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], capture_output=True,
+                         text=True).stdout
+    return dict(t.split("=", 1) for t in out.split() if "=" in t)
+
+
+def wait_for_job(job_id: str, timeout: float = 180, states=("COMPLETED", "FAILED", "CANCELLED",
+                 "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")) -> dict[str, str]:
+    """Poll scontrol until the job reaches one of `states`; fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    info: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        info = job_state(job_id)
+        if info.get("JobState") in states:
+            return info
+        time.sleep(0.5)
+    subprocess.run(["scancel", str(job_id)])
+    raise AssertionError(f"job {job_id} did not reach {states} in {timeout}s: {info.get('JobState')}")
+
+
+def submitted(stdout: str) -> tuple[str, Path]:
+    """(job id, run dir) from `hpctrain submit` output."""
+    job_id = run_dir = None
+    for line in stdout.splitlines():
+        if line.startswith("submitted "):
+            job_id = line.split(" job ")[1].split()[0]
+        if line.startswith("run directory: "):
+            run_dir = Path(line.split(": ", 1)[1])
+    assert job_id and run_dir, stdout
+    return job_id, run_dir
+
+
+def read_results(run_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((run_dir / "results").glob("rank-*.json"))]
