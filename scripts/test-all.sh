@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs everything — system packages (Slurm, shellcheck), the local Slurm cluster, the venv
+# with every extra — and runs the whole test suite: unit, real-cluster and real-training tests.
+# .ci/run calls exactly this. Needs root (apt, network namespaces).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+start=$SECONDS
+bash scripts/install-system-deps.sh
+[[ -x .venv/bin/python ]] || python3 -m venv .venv
+# torch is pinned by constraints.txt: any other version would pull GBs of CUDA packages.
+.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
+echo "install: $((SECONDS - start)) s"
+
+bash tests/cluster/up.sh
+# Stop the cluster however the tests end; it is ours (tests/cluster/down.sh ends only what up.sh started).
+trap 'bash tests/cluster/down.sh' EXIT
+
+# Each run gets its own index and runs directory, so CI never mixes with a developer's runs.
+HPCTRAIN_HOME=$(mktemp -d)
+export HPCTRAIN_HOME HPCTRAIN_RUNS_DIR="$HPCTRAIN_HOME/runs"
+.venv/bin/python -m pytest -q -rs --durations=15 tests "$@"

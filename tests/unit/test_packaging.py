@@ -1,0 +1,39 @@
+"""`pip install .` (a real wheel, not editable) gives a working hpctrain with its data files."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_wheel_ships_templates_and_sites_and_runs(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("hpctrain-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "hpctrain/templates/job.sh.j2" in names
+    assert "hpctrain/site_configs/localcluster.yaml" in names
+    assert "hpctrain/bootstrap.py" in names
+
+    # A fresh venv with the wheel and its declared dependencies only, away from the source tree.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
+                   check=True, capture_output=True)
+    job = tmp_path / "job.yaml"
+    job.write_text("name: w\nscript: train.py\nresources: {nodes: 2, procs_per_node: 2}\n")
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([str(venv / "bin" / "hpctrain"), "render", str(job), "--site", "localcluster"],
+                         cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "#SBATCH --nodes=2" in out.stdout
+    where = subprocess.run([str(py), "-c", "import hpctrain; print(hpctrain.__file__)"], cwd=tmp_path,
+                           capture_output=True, text=True, env=env).stdout
+    assert str(venv) in where  # the installed copy, not the source tree
+    out = subprocess.run([str(py), "-m", "hpctrain", "--version"], cwd=tmp_path, capture_output=True,
+                         text=True, env=env)
+    assert out.stdout.startswith("hpctrain ")
