@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,23 @@ def test_deterministic(site, extra, site_dir, home):
 def test_shellcheck_clean(site, extra, site_dir, home, tmp_path):
     script = tmp_path / "job.sh"
     script.write_text(render(job_for(site, extra)))
+    proc = subprocess.run(["shellcheck", "--severity=style", "--shell=bash", str(script)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+PACKAGED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "hpctrain" / "site_configs").glob("*.yaml"))
+
+
+@pytest.mark.skipif(not shutil.which("shellcheck"), reason="shellcheck is installed by scripts/install-system-deps.sh")
+@pytest.mark.parametrize("site", PACKAGED)
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_packaged_sites_render_clean(site, nodes, home, tmp_path):
+    if site == "local" and nodes > 1:
+        pytest.skip("the local site is one node by definition")
+    job = load_job(dict(BASE, resources={"nodes": nodes}), site=site)
+    script = tmp_path / "job.sh"
+    script.write_text(render(job))
     proc = subprocess.run(["shellcheck", "--severity=style", "--shell=bash", str(script)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
