@@ -71,11 +71,9 @@ PACKAGED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "hpctra
 
 
 @pytest.mark.skipif(not shutil.which("shellcheck"), reason="shellcheck is installed by scripts/install-system-deps.sh")
-@pytest.mark.parametrize("site", PACKAGED)
-@pytest.mark.parametrize("nodes", [1, 2])
+@pytest.mark.parametrize("site,nodes", [(s, n) for s in PACKAGED for n in (1, 2)
+                                        if not (s == "local" and n > 1)])  # local: one node by definition
 def test_packaged_sites_render_clean(site, nodes, home, tmp_path):
-    if site == "local" and nodes > 1:
-        pytest.skip("the local site is one node by definition")
     job = load_job(dict(BASE, resources={"nodes": nodes}), site=site)
     script = tmp_path / "job.sh"
     script.write_text(render(job))
