@@ -155,6 +155,8 @@ def cpu_mode_wanted(setting: str) -> bool:
 
 def set_environment(config: dict, me: dict) -> None:
     env = os.environ
+    for name, value in (config.get("env") or {}).items():
+        env.setdefault(name, value)  # the job's own env (exported by the script) wins
     if not config.get("threads_from_env"):
         # torchrun sets OMP_NUM_THREADS=1 for every rank; the rank's own CPUs are what it has.
         threads = str(config.get("cpus_per_proc") or 1)

@@ -136,6 +136,9 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         "threads_from_env": "OMP_NUM_THREADS" in env,
         "collective_timeout": spec.launcher.collective_timeout,
         "launcher": lib.launcher,
+        # The site's NCCL set again, so that a rank started without this script (submitit)
+        # gets it too, before any library is imported.
+        "env": {k: env_text(v) for k, v in site.env.items()},
     }
     return LaunchPlan(
         name=spec.name, site=site.name, scheduler=site.scheduler, run_dir=run_dir,

@@ -287,9 +287,17 @@ def _pattern_hint(path: tuple) -> str | None:
 
 def convert_site(doc: Located) -> SiteProfile:
     try:
-        return msgspec.convert(dict(doc), SiteProfile)
+        site = msgspec.convert(dict(doc), SiteProfile)
     except msgspec.ValidationError as exc:
         raise explain(exc, SiteProfile, doc.where) from None
+    head = site.head
+    if head.mode == "interface" and not head.interface:
+        raise HpctrainError("head.mode is 'interface' but head.interface is not set",
+                            doc.where(("head", "mode")), "add e.g. interface: ib0 under head")
+    if head.mode == "suffix" and not head.suffix:
+        raise HpctrainError("head.mode is 'suffix' but head.suffix is not set",
+                            doc.where(("head", "mode")), "add e.g. suffix: -ib under head")
+    return site
 
 
 def slurm_seconds(text: str) -> int:

@@ -151,3 +151,12 @@ def test_gpus_mapped_twice_is_an_error(tmp_path, home):
                                           ("1-00", 86400), ("1-02:03", 93780), ("2-00:00:01", 172801)])
 def test_slurm_time(text, seconds):
     assert slurm_seconds(text) == seconds
+
+
+def test_site_head_mode_needs_its_value(tmp_path, home, monkeypatch):
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "nosuffix.yaml").write_text("name: nosuffix\nscheduler: slurm\nhead:\n  mode: suffix\n")
+    monkeypatch.setenv("HPCTRAIN_SITE_PATH", str(sites))
+    err = error_of(write(tmp_path, GOOD.replace("site: localcluster", "site: nosuffix")))
+    assert err.where.endswith("nosuffix.yaml:4") and "suffix" in err.fix
