@@ -126,3 +126,16 @@ def test_user_mistakes_are_clear(home, cluster):
     assert "invalid partition" in str(err.value).lower()
     with pytest.raises(hpctrain.HpctrainError, match="has no script"):
         hpctrain.submit(_job(cluster))
+
+
+def test_local_site_through_submitits_local_executor(home):
+    """Site `local`: no scheduler; submitit's local executor starts one process per rank."""
+    job = hpctrain.load_job(name="pylocal", site="local", seed=7,
+                            resources={"procs_per_node": 2, "time": "00:05:00"})
+    h = hpctrain.submit_function(allreduce, job)
+    out = h.result(timeout=TIMEOUT)
+    assert out["world_size"] == 2 and out["sum"] == 1.0 and out["seed"] == "7"
+    assert out["master"].startswith("127.0.0.1:")
+    assert h.status().state == "COMPLETED"
+    assert json.loads((h.run_dir / "run.json").read_text())["scheduler"] == "local"
+    assert (h.run_dir / "logs" / "rank-1.log").is_file()
