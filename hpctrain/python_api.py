@@ -197,7 +197,7 @@ def _check_picklable(fn, info: dict | None) -> None:
         name = f"{info['module']}.{info['qualname']}" if info else "the job"
         raise HpctrainError(
             f"{name} (or its arguments) cannot be pickled to send it to the nodes: "
-            f"{type(exc).__name__}: {exc}", name,
+            f"{type(exc).__name__}: {exc}", (info or {}).get("source_file"),
             "pass plain data (numbers, strings, dicts, arrays) as arguments; create locks, open "
             "files, sockets and process groups inside the function") from None
 
