@@ -1,0 +1,154 @@
+"""Tiny distributed PPO with rl-games (1.6.x) on gymnasium Pendulum-v1.
+
+rl-games goes distributed when the agent config says `multi_gpu: True` (this script sets it when
+WORLD_SIZE > 1, as Isaac Lab's `--distributed` does): it then creates the process group itself,
+broadcasts rank 0's weights, all-reduces gradients and saves checkpoints on rank 0 only.
+
+Run with hpctrain (job.yaml):
+    library: rl_games
+    script: examples/rl/rl_games_pendulum.py
+    args: [--updates, "20"]
+Plain torchrun, one node, 2 processes (on a GPU machine; on CPU rl-games needs hpctrain's CPU
+shims, see hpctrain/cpu_mode.py):
+    torchrun --standalone --nproc-per-node=2 examples/rl/rl_games_pendulum.py --updates 5 --out /tmp/rlg
+Resume (rl-games' own restore: weights, optimizer, epoch and frame counters):
+    torchrun ... examples/rl/rl_games_pendulum.py --checkpoint /tmp/rlg/checkpoints/nn/last_pendulum_ep_5_rew_<R>.pth
+
+Outputs: DIR/checkpoints/nn/last_pendulum_ep_<epoch>_rew_<reward>.pth (rank 0, rl-games' own
+save; "epoch" inside) and DIR/results/rank-<RANK>.json on every rank.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import socket
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from rl_games.common import env_configurations, vecenv
+from rl_games.common.algo_observer import DefaultAlgoObserver
+from rl_games.common.ivecenv import IVecEnv
+from rl_games.torch_runner import Runner
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("HPCTRAIN_RUN_DIR", "./out"), help="output directory")
+    p.add_argument("--seed", type=int, default=42, help="base seed (rl-games adds RANK; 0 means unseeded)")
+    p.add_argument("--updates", type=int, default=5, help="PPO epochs to run")
+    p.add_argument("--checkpoint", default=None, help="resume from this checkpoint")
+    p.add_argument("--num-envs", type=int, default=32, help="environments per rank")
+    p.add_argument("--steps", type=int, default=32, help="steps per environment per update")
+    return p.parse_args()
+
+
+class PendulumVecEnv(IVecEnv):
+    """gymnasium's vectorised Pendulum-v1 behind rl-games' IVecEnv interface (numpy in/out)."""
+
+    def __init__(self, num_envs: int, seed: int):
+        self.envs = gym.make_vec(
+            "Pendulum-v1", num_envs=num_envs, vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+        )
+        self.seed_value = seed
+
+    def step(self, actions):
+        act = actions.cpu().numpy() if torch.is_tensor(actions) else np.asarray(actions)
+        obs, rew, term, trunc, _ = self.envs.step(act.astype(np.float32))
+        # rl-games bootstraps the value on time-outs when value_bootstrap is on
+        return obs, rew.astype(np.float32), term | trunc, {"time_outs": trunc.astype(np.float32)}
+
+    def reset(self):
+        obs, _ = self.envs.reset(seed=self.seed_value)
+        return obs
+
+    def get_env_info(self):
+        return {"observation_space": self.envs.single_observation_space,
+                "action_space": self.envs.single_action_space, "agents": 1, "value_size": 1}
+
+
+def agent_config(args, rank: int, world: int, device: str, max_epochs: int) -> dict:
+    batch = args.num_envs * args.steps
+    return {"params": {
+        "seed": args.seed,
+        "algo": {"name": "a2c_continuous"},
+        "model": {"name": "continuous_a2c_logstd"},
+        "network": {
+            "name": "actor_critic", "separate": False,
+            "space": {"continuous": {"mu_activation": "None", "sigma_activation": "None",
+                                     "mu_init": {"name": "default"},
+                                     "sigma_init": {"name": "const_initializer", "val": 0},
+                                     "fixed_sigma": True}},
+            "mlp": {"units": [64, 64], "activation": "elu", "initializer": {"name": "default"}},
+        },
+        "config": {
+            "name": "pendulum", "env_name": "hpctrain_pendulum", "env_config": {},
+            "multi_gpu": world > 1, "device": device, "device_name": device,
+            "torch_compile": False,  # compiling costs ~40 s on CPU for no gain at this size
+            "ppo": True, "mixed_precision": False, "normalize_input": False, "normalize_value": False,
+            "value_bootstrap": True, "num_actors": args.num_envs, "reward_shaper": {"scale_value": 0.1},
+            "normalize_advantage": True, "gamma": 0.99, "tau": 0.95, "learning_rate": 3e-4,
+            "lr_schedule": "adaptive", "schedule_type": "legacy", "kl_threshold": 0.008,
+            "max_epochs": max_epochs, "save_frequency": 0, "grad_norm": 1.0, "entropy_coef": 0.0,
+            "truncate_grads": True, "e_clip": 0.2, "clip_value": True, "horizon_length": args.steps,
+            "minibatch_size": batch // 4, "mini_epochs": 4, "critic_coef": 2, "bounds_loss_coef": 1e-4,
+            "train_dir": args.out, "full_experiment_name": "checkpoints",  # -> DIR/checkpoints/nn/
+        },
+    }}
+
+
+def params_digest(module) -> str:
+    h = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def main():
+    args = parse_args()
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
+
+    # rl-games finds environments by name: register a vec-env type and an env using it.
+    vecenv.register("HPCTRAIN_GYM_VEC",
+                    lambda config_name, num_actors, **kw: PendulumVecEnv(num_actors, seed=kw.get("seed", 0)))
+    env_configurations.register("hpctrain_pendulum", {"vecenv_type": "HPCTRAIN_GYM_VEC",
+                                                      "env_creator": lambda **kw: None})
+
+    # rl-games' max_epochs counts from the restored epoch, so read it from the checkpoint first.
+    resumed_from = 0
+    if args.checkpoint:
+        resumed_from = int(torch.load(args.checkpoint, map_location="cpu", weights_only=False)["epoch"])
+
+    observer = DefaultAlgoObserver()  # keeps a reference to the agent (after_init)
+    runner = Runner(observer)
+    runner.load(agent_config(args, rank, world, device, max_epochs=resumed_from + args.updates))
+    runner.reset()
+    t0 = time.time()
+    runner.run({"train": True, "play": False, "checkpoint": args.checkpoint})
+    wall = time.time() - t0
+    agent = observer.algo
+
+    ckpt = None
+    if rank == 0:
+        saved = sorted(f for f in os.listdir(agent.nn_dir) if f.startswith(f"last_pendulum_ep_{agent.epoch_num}_"))
+        ckpt = os.path.join(agent.nn_dir, saved[-1]) if saved else None
+    result = {
+        "library": "rl_games", "rank": rank, "world_size": world, "local_rank": local_rank,
+        "hostname": socket.gethostname(), "updates": agent.epoch_num - resumed_from,
+        "resumed_from": resumed_from, "iteration": agent.epoch_num,
+        "params_sha256": params_digest(agent.model), "checkpoint": ckpt, "train_wall_s": round(wall, 3),
+    }
+    os.makedirs(os.path.join(args.out, "results"), exist_ok=True)
+    with open(os.path.join(args.out, "results", f"rank-{rank}.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"[rank {rank}] done: {json.dumps(result)}")
+
+
+if __name__ == "__main__":
+    main()

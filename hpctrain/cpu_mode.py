@@ -1,0 +1,453 @@
+"""CPU-mode shims: let an RL library's own distributed mode run on CPU with gloo.
+
+hpctrain's per-rank bootstrap calls ``install(library)`` in CPU mode (no GPU), before it runs the
+user's training script in-process. Every supported library creates its own process group and
+hard-codes NCCL/CUDA (see shared notes "How rl-games, rsl-rl and skrl run distributed"), so on a
+CPU-only machine a 2-rank run dies in the library, not in the user's code. These shims remove
+exactly those CUDA assumptions and nothing else, so the library's real distributed code path
+(rank bookkeeping, parameter broadcast, gradient all-reduce, rank-0 checkpoints) still runs.
+
+Design
+------
+* Stdlib only at import time: this file is copied next to the bootstrap and imported by whatever
+  interpreter the job uses, before torch/jax exist in the process.
+* Deferred patching: ``install`` registers a post-import hook (a ``sys.meta_path`` finder that
+  finds the real spec via the other finders and wraps that one module's ``exec_module``) per target
+  module. When the module finishes importing, the patch runs; if it is already imported, the patch
+  runs at once. Nothing is imported by ``install`` itself, so import order and start-up cost of the
+  user's script are unchanged, and skrl's import-time ``init_process_group`` already sees the patch.
+* Defensive: every torch-side patch first asks ``torch.cuda.is_available()`` (torch is imported by
+  then) and leaves everything untouched when CUDA works. Patches are idempotent (marked with
+  ``_hpctrain_cpu_mode``).
+* ``install`` returns short descriptions of what it armed; ``APPLIED`` lists what actually ran,
+  and each applied patch prints one ``[hpctrain cpu_mode]`` line on stderr (silence it with
+  ``HPCTRAIN_CPU_MODE_QUIET=1``).
+
+Shims per library (``library`` argument)
+----------------------------------------
+* all torch libraries (rl_games, rsl_rl, skrl, di_engine, command):
+  ``torch.distributed.init_process_group`` forced to ``gloo`` when it asks for NCCL, and
+  ``torch.cuda.set_device`` made a no-op.
+* rl_games: the config key ``device`` (which A2CBase overwrites with ``cuda:LOCAL_RANK`` and reads
+  back) is kept at ``cpu``.
+* rsl_rl: ``OnPolicyRunner._configure_multi_gpu`` runs its own logic without its
+  ``device == cuda:LOCAL_RANK`` check.
+* skrl: only the torch shims -- but they must be armed before ``import skrl``, which is why this
+  module hooks imports instead of patching later.
+* skrl_jax: ``jax.experimental.multihost_utils`` imported as soon as ``jax`` is (skrl uses it as
+  an attribute without importing it).
+* di_engine: ``ding``'s ``dist_init`` without its ``rank % torch.cuda.device_count()`` (a division
+  by zero on CPU); its scalar ``allreduce_data``/``reduce_data`` on CPU instead of ``.cuda()``; its
+  ``LogReduceHook`` reducing on CPU instead of ``cuda:<rank>``.
+* command: the torch shims only.
+
+Each shim is small and says WHY next to it; examples/rl/NOTES.md records the runs that needed them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+
+__all__ = ["LIBRARIES", "APPLIED", "install"]
+
+LIBRARIES = ("rl_games", "rsl_rl", "skrl", "skrl_jax", "di_engine", "command")
+
+#: Descriptions of the patches that have actually been applied in this process.
+APPLIED: list[str] = []
+
+_MARK = "_hpctrain_cpu_mode"
+
+
+def _log(msg: str) -> None:
+    APPLIED.append(msg)
+    if os.environ.get("HPCTRAIN_CPU_MODE_QUIET") != "1":
+        print(f"[hpctrain cpu_mode] {msg}", file=sys.stderr, flush=True)
+
+
+def _cuda_available() -> bool:
+    # Only called from hooks that run after torch is imported; never imports torch itself.
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def _is_cuda_str(value) -> bool:
+    return isinstance(value, str) and value.strip().lower().startswith("cuda")
+
+
+# --------------------------------------------------------------------------------------------
+# Post-import hooks
+# --------------------------------------------------------------------------------------------
+
+
+class _PostImportFinder:
+    """Meta-path finder that runs callbacks right after a named module has been executed.
+
+    It never loads anything itself: it asks the remaining finders for the real spec and wraps that
+    spec's loader's ``exec_module`` (an instance attribute, removed again after the first call), so
+    the module keeps its normal loader, ``__spec__`` and ``__file__``.
+    """
+
+    def __init__(self) -> None:
+        self._hooks: dict[str, list] = {}
+        self._lock = threading.RLock()
+
+    def register(self, name: str, fn) -> None:
+        with self._lock:
+            module = sys.modules.get(name)
+            if module is None:
+                self._hooks.setdefault(name, []).append(fn)
+                return
+        _call_hook(name, fn, module)  # already imported: patch now
+
+    def find_spec(self, fullname, path=None, target=None):
+        with self._lock:
+            if fullname not in self._hooks:
+                return None
+        spec = None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            try:
+                del loader.exec_module  # restore the class method: one-shot wrapper
+            except AttributeError:
+                pass
+            original_exec(module)
+            if getattr(module, "__name__", None) == fullname:
+                self._run(fullname, module)
+
+        try:
+            loader.exec_module = exec_module
+        except (AttributeError, TypeError):  # loader without instance dict: give up quietly
+            return spec
+        return spec
+
+    def _run(self, name: str, module) -> None:
+        with self._lock:
+            hooks = self._hooks.pop(name, [])
+        for fn in hooks:
+            _call_hook(name, fn, module)
+
+
+def _call_hook(name: str, fn, module) -> None:
+    # A patch that no longer fits (e.g. a library release renamed what it patches) must not break
+    # the user's import: say so loudly and let the library run (and fail) as it would unpatched.
+    try:
+        fn(module)
+    except Exception as exc:  # noqa: BLE001
+        print(f"[hpctrain cpu_mode] WARNING: could not patch {name}: {exc!r}", file=sys.stderr, flush=True)
+
+
+_finder: _PostImportFinder | None = None
+
+
+def _on_import(name: str, fn) -> None:
+    global _finder
+    if _finder is None:
+        _finder = _PostImportFinder()
+        sys.meta_path.insert(0, _finder)
+    _finder.register(name, fn)
+
+
+# --------------------------------------------------------------------------------------------
+# torch: gloo + no-op set_device (every torch library)
+# --------------------------------------------------------------------------------------------
+
+
+def _gloo_backend(backend):
+    # 'nccl', 'cuda:nccl' and 'cpu:gloo,cuda:nccl' all name NCCL, which needs a GPU; gloo runs
+    # the same collectives on CPU. Other backends (gloo, mpi, None = torch's default) are kept.
+    if backend is not None and "nccl" in str(backend).lower():
+        return "gloo"
+    return backend
+
+
+def _patch_torch(torch) -> None:
+    if _cuda_available():
+        _log("CUDA is available: torch left untouched")
+        return
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and not getattr(dist.init_process_group, _MARK, False):
+        original = dist.init_process_group
+
+        @functools.wraps(original)
+        def init_process_group(*args, **kwargs):
+            # WHY: rl-games, rsl-rl, skrl and DI-engine hard-code backend="nccl" (positionally or
+            # as keyword); NCCL needs CUDA. Keep every other argument as the library passed it.
+            if args:
+                args = (_gloo_backend(args[0]),) + tuple(args[1:])
+            elif "backend" in kwargs:
+                kwargs["backend"] = _gloo_backend(kwargs["backend"])
+            # WHY: device_id=cuda:N or N (torch >= 2.3) binds the group to a GPU that is not there.
+            device_id = kwargs.get("device_id")
+            if device_id is not None and (isinstance(device_id, int) or "cuda" in str(device_id)):
+                kwargs.pop("device_id")
+            return original(*args, **kwargs)
+
+        setattr(init_process_group, _MARK, True)
+        dist.init_process_group = init_process_group
+        c10d = getattr(dist, "distributed_c10d", None)  # for `from ...distributed_c10d import`
+        if c10d is not None:
+            c10d.init_process_group = init_process_group
+        _log("torch.distributed.init_process_group: NCCL backend -> gloo")
+
+    if not getattr(torch.cuda.set_device, _MARK, False):
+
+        def set_device(device):
+            # WHY: every library calls torch.cuda.set_device(LOCAL_RANK) after creating the group;
+            # on a CPU build that raises. There is no device to select, so do nothing.
+            return None
+
+        setattr(set_device, _MARK, True)
+        torch.cuda.set_device = set_device
+        _log("torch.cuda.set_device: no-op")
+
+
+# --------------------------------------------------------------------------------------------
+# rl-games
+# --------------------------------------------------------------------------------------------
+
+
+class _CpuDeviceConfig(dict):
+    """rl-games agent config that refuses CUDA device strings.
+
+    WHY: with multi_gpu, A2CBase.__init__ does ``config['device'] = 'cuda:' + LOCAL_RANK`` and a few
+    lines later ``self.ppo_device = config.get('device', 'cuda:0')``, then allocates on it. Storing
+    ``cpu`` instead is the narrowest place: no rl-games code is copied or reordered.
+    """
+
+    _KEYS = ("device", "device_name")
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for key in self._KEYS:
+            if _is_cuda_str(self.get(key)):
+                dict.__setitem__(self, key, "cpu")
+        if "device" not in self:  # rl-games' own default is 'cuda:0'
+            dict.__setitem__(self, "device", "cpu")
+
+    def __setitem__(self, key, value) -> None:
+        if key in self._KEYS and _is_cuda_str(value):
+            value = "cpu"
+        super().__setitem__(key, value)
+
+
+def _patch_rl_games(a2c_common) -> None:
+    if _cuda_available():
+        return
+    cls = a2c_common.A2CBase
+    if getattr(cls.__init__, _MARK, False):
+        return
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self, base_name, params, *args, **kwargs):
+        cfg = params.get("config") if isinstance(params, dict) else None
+        if isinstance(cfg, dict) and not isinstance(cfg, _CpuDeviceConfig):
+            params["config"] = _CpuDeviceConfig(cfg)  # shallow copy; nested dicts stay shared
+        return original(self, base_name, params, *args, **kwargs)
+
+    setattr(__init__, _MARK, True)
+    cls.__init__ = __init__
+    _log("rl_games A2CBase: config['device'] kept at 'cpu' (library sets cuda:LOCAL_RANK)")
+
+
+# --------------------------------------------------------------------------------------------
+# rsl-rl
+# --------------------------------------------------------------------------------------------
+
+
+def _patch_rsl_rl(on_policy_runner) -> None:
+    if _cuda_available():
+        return
+    cls = on_policy_runner.OnPolicyRunner
+    if getattr(cls._configure_multi_gpu, _MARK, False):
+        return
+    original = cls._configure_multi_gpu
+
+    @functools.wraps(original)
+    def _configure_multi_gpu(self):
+        # WHY: the original raises ValueError unless self.device == f"cuda:{LOCAL_RANK}". Present
+        # exactly that value for the duration of the call, so the library's own logic (ranks,
+        # cfg["multi_gpu"], init_process_group -> gloo via the torch shim) runs unchanged; then
+        # restore the real device (a CUDA one can only mean cpu here).
+        device = self.device
+        self.device = f"cuda:{int(os.getenv('LOCAL_RANK', '0'))}"
+        try:
+            original(self)
+        finally:
+            self.device = "cpu" if _is_cuda_str(str(device)) else device
+
+    setattr(_configure_multi_gpu, _MARK, True)
+    cls._configure_multi_gpu = _configure_multi_gpu
+    _log("rsl_rl OnPolicyRunner._configure_multi_gpu: device check skipped")
+
+
+# --------------------------------------------------------------------------------------------
+# skrl (JAX)
+# --------------------------------------------------------------------------------------------
+
+
+def _patch_jax(jax) -> None:
+    # WHY: skrl's JAX models call jax.experimental.multihost_utils.broadcast_one_to_all but skrl
+    # only does `import jax`; with jax 0.10.2 that submodule is not loaded implicitly
+    # (AttributeError). Importing it is harmless on any device and does not initialise a backend
+    # (which must not happen before skrl's jax.distributed.initialize), so no CUDA probe here.
+    import importlib
+
+    importlib.import_module("jax.experimental.multihost_utils")
+    _log("jax.experimental.multihost_utils imported")
+
+
+# --------------------------------------------------------------------------------------------
+# DI-engine
+# --------------------------------------------------------------------------------------------
+
+
+def _patch_ding(helper) -> None:
+    if _cuda_available():
+        return
+    original = helper.dist_init
+    if getattr(original, _MARK, False):
+        return
+    dist = helper.dist
+
+    @functools.wraps(original)
+    def dist_init(backend="nccl", addr=None, port=None, rank=None, world_size=None):
+        # WHY: ding's dist_init ends with torch.cuda.set_device(rank % torch.cuda.device_count()),
+        # a ZeroDivisionError without GPUs. Same steps as ding 0.5.3, minus that line, gloo.
+        os.environ["MASTER_ADDR"] = addr or os.environ.get("MASTER_ADDR", "localhost")
+        os.environ["MASTER_PORT"] = port or os.environ.get("MASTER_PORT", "10314")
+        if rank is None:
+            rank = os.environ.get("SLURM_LOCALID", os.environ.get("RANK"))
+            if rank is None:
+                raise RuntimeError("please indicate rank explicitly in dist_init method")
+        if world_size is None:
+            world_size = os.environ.get("SLURM_NTASKS", os.environ.get("WORLD_SIZE"))
+            if world_size is None:
+                raise RuntimeError("please indicate world_size explicitly in dist_init method")
+        rank, world_size = int(rank), int(world_size)
+        dist.init_process_group(backend=_gloo_backend(backend), rank=rank, world_size=world_size)
+        return helper.get_rank(), helper.get_world_size()
+
+    def _scalar_on_cpu(name, collective):
+        # WHY: ding's allreduce_data/reduce_data turn a Python scalar into torch.as_tensor([x]).cuda()
+        # before the collective (the DDP collector all-reduces its sample/step counts this way).
+        # Same operation on a CPU tensor; tensors are passed to ding's own function unchanged.
+        orig = getattr(helper, name)
+
+        @functools.wraps(orig)
+        def wrapper(x, arg):
+            if not helper.np.isscalar(x):
+                return orig(x, arg)
+            t = helper.torch.as_tensor([x])
+            if name == "allreduce_data":
+                dist.all_reduce(t)
+                if arg == "avg":
+                    t.div_(helper.get_world_size())
+            else:
+                dist.reduce(t, arg)
+            return t.item()
+
+        setattr(wrapper, _MARK, True)
+        return wrapper
+
+    replacements = {"dist_init": dist_init}
+    for name in ("allreduce_data", "reduce_data"):
+        if hasattr(helper, name):
+            replacements[name] = _scalar_on_cpu(name, name)
+    setattr(dist_init, _MARK, True)
+    # Module globals: DDPContext looks dist_init up here at call time, and ding.utils /
+    # the collectors copy these names when they import (after this hook has run).
+    ding_utils = sys.modules.get("ding.utils")
+    for name, fn in replacements.items():
+        before = getattr(helper, name)
+        setattr(helper, name, fn)
+        if ding_utils is not None and getattr(ding_utils, name, None) is before:
+            setattr(ding_utils, name, fn)
+    _log("ding dist_init: gloo, no torch.cuda.set_device(rank % device_count)")
+    _log("ding allreduce_data/reduce_data: scalars reduced on CPU, not .cuda()")
+
+
+def _patch_ding_learner_hook(learner_hook) -> None:
+    if _cuda_available() or getattr(learner_hook.get_rank, _MARK, False):
+        return
+
+    def get_rank():
+        # WHY: LogReduceHook does `tensor.to(get_rank())` before all-reducing the learner's logs,
+        # i.e. moves it to cuda:<global rank>. In this module get_rank is used for nothing else,
+        # so answering "cpu" here keeps the reduction on CPU and changes nothing else.
+        return "cpu"
+
+    setattr(get_rank, _MARK, True)
+    learner_hook.get_rank = get_rank
+    _log("ding LogReduceHook: log tensors reduced on cpu, not cuda:<rank>")
+
+
+# --------------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------------
+
+_TORCH_DESC = [
+    "torch.distributed.init_process_group: NCCL backend -> gloo",
+    "torch.cuda.set_device: no-op",
+]
+
+_installed: set[str] = set()
+
+
+def install(library: str) -> list[str]:
+    """Arm the CPU shims that ``library`` needs to run its own distributed mode with gloo.
+
+    Safe to call before torch/jax are imported (patches apply when the module is first imported)
+    and more than once. Returns short descriptions of the shims armed, for the log. Patches whose
+    module is imported while CUDA is available do nothing.
+    """
+    if library not in LIBRARIES:
+        raise ValueError(f"unknown library {library!r}; expected one of {', '.join(LIBRARIES)}")
+    torch = sys.modules.get("torch")
+    if torch is not None and _cuda_available():
+        return []  # defensive: CPU mode makes no sense with a usable GPU
+    desc: list[str] = []
+    if library != "skrl_jax":
+        if "torch" not in _installed:
+            _installed.add("torch")
+            _on_import("torch", _patch_torch)
+        desc += _TORCH_DESC
+    if library in _installed:
+        return desc + _LIB_DESC.get(library, [])
+    _installed.add(library)
+    if library == "rl_games":
+        _on_import("rl_games.common.a2c_common", _patch_rl_games)
+    elif library == "rsl_rl":
+        _on_import("rsl_rl.runners.on_policy_runner", _patch_rsl_rl)
+    elif library == "skrl_jax":
+        _on_import("jax", _patch_jax)
+    elif library == "di_engine":
+        _on_import("ding.utils.pytorch_ddp_dist_helper", _patch_ding)
+        _on_import("ding.worker.learner.learner_hook", _patch_ding_learner_hook)
+    return desc + _LIB_DESC.get(library, [])
+
+
+_LIB_DESC = {
+    "rl_games": ["rl_games A2CBase: config['device'] cuda:N -> cpu"],
+    "rsl_rl": ["rsl_rl OnPolicyRunner._configure_multi_gpu: no cuda:LOCAL_RANK device check"],
+    "skrl_jax": ["jax.experimental.multihost_utils imported with jax"],
+    "di_engine": ["ding dist_init: no torch.cuda.set_device(rank % device_count)",
+                  "ding allreduce_data/reduce_data: scalars reduced on CPU",
+                  "ding LogReduceHook: log tensors reduced on cpu, not cuda:<rank>"],
+}
