@@ -32,7 +32,7 @@ def cancel(ref: str | Run) -> RunStatus:
     if st.state.done:
         return st
     backend_for(run.record["backend"]).cancel(run)
-    run.update(cancelled=True)
+    run.update(cancelled=run.record.get("cancelled") or True)
     return gather(run)
 
 

@@ -61,12 +61,13 @@ class LocalBackend:
         return st
 
     @staticmethod
-    def _task_state(d: Path, alive: bool, cancelled: bool, job: str) -> JobState:
+    def _task_state(d: Path, alive: bool, cancelled, job: str) -> JobState:
         exit_file = d / "status" / "exit_code"
         if exit_file.exists():
             text = exit_file.read_text().strip()
             code = int(text) if text.lstrip("-").isdigit() else None
-            if cancelled and code != 0:
+            # Ended after the cancel (whatever its status: torchrun may exit 0 on SIGTERM).
+            if cancelled and exit_file.stat().st_mtime >= float(cancelled) - 1:
                 return JobState("CANCELLED", exit_code=code, job=job)
             return JobState("COMPLETED" if code == 0 else "FAILED", exit_code=code, job=job)
         started = (d / "logs" / "job.out").exists()
@@ -87,7 +88,7 @@ class LocalBackend:
         """SIGTERM to the job's process group (torchrun passes it on to the ranks), SIGKILL to
         whatever is left after `grace` — including the ranks, which torchrun starts in sessions
         of their own and so are not in the job's process group."""
-        run.update(cancelled=True)
+        run.update(cancelled=time.time())  # when: tasks that ended before it keep their state
         pid = run.record.get("pid")
         if not self._alive(run):
             _kill_ranks(run.path, signal.SIGKILL)
