@@ -21,6 +21,7 @@ import runpy
 import signal
 import socket
 import sys
+import time
 import traceback
 
 _HOOKS: dict[str, list] = {}
@@ -247,6 +248,18 @@ def record_failure(status_dir: str, me: dict, code: int, error: str) -> None:
         pass
 
 
+def record_identity(status_dir: str, me: dict) -> None:
+    """status/rank-R.json: which node and pid this rank is, so logs and status can find it."""
+    try:
+        os.makedirs(status_dir, exist_ok=True)
+        path = os.path.join(status_dir, f"rank-{me['rank']}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(dict(me, pid=os.getpid(), started=time.time()), f)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
+
+
 def main(args: list[str]) -> int:
     if len(args) < 2 or args[1] != "--":
         print("usage: bootstrap.py CONFIG.json -- PROGRAM [ARGS...]", file=sys.stderr)
@@ -257,6 +270,7 @@ def main(args: list[str]) -> int:
     run_dir = os.environ.get("HPCTRAIN_RUN_DIR") or os.path.dirname(os.path.abspath(args[0]))
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     tee_output(os.path.join(run_dir, "logs", f"rank-{me['rank']}.log"), f"[rank {me['rank']}] ")
+    record_identity(os.path.join(run_dir, "status"), me)
     error = ""
     try:
         set_environment(config, me)
