@@ -5,7 +5,7 @@ from any directory. The same functions serve the CLI and the Python API.
 """
 from __future__ import annotations
 
-from .backends import backend_for
+from .backends import backend_of
 from .logs import follow, read
 from .runs import Run, find
 from .status import RunStatus, gather, recent, wait
@@ -31,7 +31,7 @@ def cancel(ref: str | Run) -> RunStatus:
     st = gather(run)
     if st.state.done:
         return st
-    backend_for(run.record["backend"]).cancel(run)
+    backend_of(run.record).cancel(run)
     run.update(cancelled=run.record.get("cancelled") or True)
     return gather(run)
 

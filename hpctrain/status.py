@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .backends import JobState, backend_for
+from .backends import JobState, backend_of
 from .runs import Run, find, indexed
 
 _FAILED = re.compile(r"^rank (?P<rank>\d+) on (?P<node>\S+) exited (?P<code>-?\d+): (?P<error>.*)$")
@@ -78,7 +78,7 @@ def gather(run: Run, *, live: bool = True) -> RunStatus:
     rec = run.record
     state = _quick_state(run)
     if live and not (state.done and rec.get("final")):
-        state = backend_for(rec["backend"]).state(run)
+        state = backend_of(rec).state(run)
         if state.state == "UNKNOWN" and rec.get("final"):
             state = _quick_state(run)
         elif state.done:
