@@ -22,7 +22,7 @@ from .runs import Run, add_to_index, creating, git_state, new_run_id, run_path, 
 from .spec import default_runs_dir
 
 HERE = Path(__file__).parent
-RANK_FILES = ("bootstrap.py", "cpu_mode.py")  # copied into every run directory
+RANK_FILES = ("bootstrap.py", "cpu_mode.py", "preflight.py")  # copied into every run directory
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .errors import HpctrainError
-from .runs import Run
+from .runs import Run, rank_identity_files
 
 
 def _task_dir(run: Run, task: int | None) -> Path:
@@ -37,7 +37,7 @@ def sources(run: Run, *, rank: int | None = None, node: str | None = None,
         return [(f"rank {rank}", d / "logs" / f"rank-{rank}.log")]
     if node is not None:
         out = []
-        for path in sorted(d.glob("status/rank-*.json")):
+        for path in rank_identity_files(d):
             try:
                 ident = json.loads(path.read_text())
             except (OSError, ValueError):
@@ -64,7 +64,7 @@ def _task_key(path: Path) -> tuple:
 def node_names(run: Run, task: int | None = None) -> list[str]:
     d = _task_dir(run, task)
     names = set()
-    for path in d.glob("status/rank-*.json"):
+    for path in rank_identity_files(d):
         try:
             names.add(json.loads(path.read_text())["node"])
         except (OSError, ValueError, KeyError):

@@ -156,6 +156,12 @@ def find(ref: str) -> Run:
     return Run(Path(hits[-1]["path"]))
 
 
+def rank_identity_files(directory: Path) -> list[Path]:
+    """status/rank-R.json of every rank that started (not rank-R.failed.json, its failure note)."""
+    return sorted(p for p in Path(directory).glob("status/rank-*.json")
+                  if p.name[len("rank-"):-len(".json")].isdigit())
+
+
 def latest() -> Run | None:
     entries = indexed()
     return Run(Path(entries[-1]["path"])) if entries else None

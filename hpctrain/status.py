@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .backends import JobState, backend_of
-from .runs import Run, find, indexed
+from .runs import Run, find, indexed, rank_identity_files
 
 _FAILED = re.compile(r"^rank (?P<rank>\d+) on (?P<node>\S+) exited (?P<code>-?\d+): (?P<error>.*)$")
 
@@ -33,7 +33,7 @@ def rank_failures(run_dir: Path) -> list[dict]:
 def rank_identities(run_dir: Path) -> list[dict]:
     """status/rank-R.json, written by every rank at start: rank, local rank, node, pid."""
     out = []
-    for path in run_dir.glob("status/rank-*.json"):
+    for path in rank_identity_files(run_dir):
         try:
             out.append(json.loads(path.read_text()))
         except (OSError, ValueError):
