@@ -1,7 +1,6 @@
 """Slurm through its command-line tools: sbatch, scontrol, squeue, scancel."""
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from ..errors import HpctrainError
@@ -9,7 +8,10 @@ from ..runs import Run
 from .base import JobState
 
 
-def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], timeout: float = 60) -> "subprocess.CompletedProcess":
+    # Imported here: render picks this backend for its script name only, and subprocess (with
+    # threading, selectors, signal) is ~2 ms of the ~100 ms that `hpctrain render` takes.
+    import subprocess
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
