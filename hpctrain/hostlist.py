@@ -23,6 +23,9 @@ from itertools import product
 __all__ = ["expand", "first", "compress"]
 
 _GROUP = re.compile(r"\[([^\[\]]*)\]")
+_ITEM = re.compile(r"(?:[^,\[]|\[[^\]]*\])+")
+_BODY = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*", re.ASCII)
+_RANGE = re.compile(r"(\d+)(?:-(\d+))?", re.ASCII)
 _TRAILING_DIGITS = re.compile(r"^(.*?)(\d+)$", re.DOTALL)
 
 
@@ -44,49 +47,36 @@ def _items(text: str) -> list[str]:
     """The top-level items: split at commas and whitespace that are not inside brackets."""
     if not text.isprintable() or " " in text:
         text = _without_whitespace(text)
-    parts = text.split(",")
     if "[" not in text:
-        return [p for p in parts if p]
-    items: list[str] = []
-    pending: str | None = None  # an item whose bracket is still open at a comma
-    for p in parts:
-        if pending is not None:
-            pending += "," + p
-            if p.rfind("]") > p.rfind("["):
-                items.append(pending)
-                pending = None
-        elif p.rfind("[") > p.rfind("]"):
-            pending = p
-        elif p:
-            items.append(p)
-    if pending is not None:
+        return [p for p in text.split(",") if p]
+    items = _ITEM.findall(text)  # brackets do not nest: one regex pass finds every item
+    if sum(i.count("[") for i in items) != text.count("["):
         raise ValueError(f"invalid hostlist {text!r}: '[' is never closed")
     return items
 
 
-def _ranges(body: str, item: str) -> list[tuple[int, int, int]]:
-    """(lo, hi, width) for each range of one bracket body."""
+def _ranges(body: str, item: str) -> list[tuple[int, int, str]]:
+    """(lo, hi, lo as written) for each range of one bracket body; one C-speed regex pass, as an
+    allocation scattered over thousands of short ranges has thousands of them."""
+    if _BODY.fullmatch(body) is None:
+        raise ValueError(f"invalid hostlist {item!r}: bad range in [{body}]")
     out = []
-    for r in body.split(","):
-        lo, dash, hi = r.partition("-")
-        lo, hi = lo.strip(), hi.strip() if dash else lo.strip()
-        if not (lo.isdigit() and hi.isdigit() and lo.isascii() and hi.isascii()):
-            raise ValueError(f"invalid hostlist {item!r}: bad range {r!r}")
-        a, b = int(lo), int(hi)
+    for lo, hi in _RANGE.findall(body):
+        a = int(lo)
+        b = int(hi) if hi else a
         if b < a:
-            raise ValueError(f"invalid hostlist {item!r}: range {r!r} runs backwards")
-        out.append((a, b, len(lo)))
+            raise ValueError(f"invalid hostlist {item!r}: range {lo}-{hi} runs backwards")
+        out.append((a, b, lo))
     return out
 
 
-def _numbers(ranges: list[tuple[int, int, int]]) -> list[str]:
-    out: list[str] = []
-    for a, b, w in ranges:
-        if w == 1 or len(str(a)) >= w:
-            out.extend(map(str, range(a, b + 1)))  # no padding to add: the common, fast case
-        else:
-            out.extend([str(i).zfill(w) for i in range(a, b + 1)])
-    return out
+def _names(head: str, ranges: list[tuple[int, int, str]]) -> list[str]:
+    """head + every number of the ranges, each as wide as its range's low bound is written
+    (`%0{width}d` of the low bound gives it back exactly, so singletons take the same path)."""
+    escaped = head.replace("%", "%%")
+    # One comprehension over all ranges: a list per range costs more than its few names.
+    specs = [(f"{escaped}%0{len(lo)}d", a, b + 1) for a, b, lo in ranges]
+    return [fmt % i for fmt, a, stop in specs for i in range(a, stop)]
 
 
 def _groups(item: str) -> tuple[list[tuple[str, str]], str]:
@@ -107,10 +97,9 @@ def _expand_item(item: str) -> list[str]:
     groups, tail = _groups(item)
     if not groups:
         return [item]
-    numbers = [_numbers(_ranges(body, item)) for _, body in groups]
     if len(groups) == 1:
-        head = groups[0][0]
-        return [head + n for n in numbers[0]]
+        return _names(groups[0][0], _ranges(groups[0][1], item))
+    numbers = [_names("", _ranges(body, item)) for _, body in groups]
     # Slurm's order: the last group varies fastest, then the first, the second, ... the one
     # before last slowest (`a[1-2]b[1-2]c[1-2]` -> a1b1c1 a1b1c2 a2b1c1 a2b1c2 a1b2c1 ...).
     order = list(range(len(groups) - 2, -1, -1)) + [len(groups) - 1]
@@ -145,8 +134,7 @@ def first(text: str) -> str:
     groups, _ = _groups(items[0])
     name = ""
     for prefix, body in groups:
-        lo, _, width = _ranges(body, items[0])[0]
-        name += prefix + str(lo).zfill(width)
+        name += prefix + _ranges(body, items[0])[0][2]
     return name if groups else items[0]
 
 
