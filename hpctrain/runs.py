@@ -19,7 +19,6 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +51,7 @@ def run_path(runs_dir: str, name: str, run_id: str) -> Path:
 
 def git_state(cwd: str) -> dict:
     """The commit and dirty flag of the code being submitted (None outside a git checkout)."""
+    import subprocess  # here, not at the top: `hpctrain render` never runs git (~2 ms of imports)
     def git(*args):
         return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
     try:

@@ -1,7 +1,6 @@
 """Slurm through its command-line tools: sbatch, squeue/scontrol/sacct (via slurmstate), scancel."""
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from .. import slurmstate
@@ -11,7 +10,10 @@ from .base import JobState
 from .summary import fmt_elapsed, summarise
 
 
-def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], timeout: float = 60) -> "subprocess.CompletedProcess":
+    # Imported here: render picks this backend for its script name only, and subprocess (with
+    # threading, selectors, signal) is ~2 ms of the ~100 ms that `hpctrain render` takes.
+    import subprocess
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
