@@ -55,6 +55,7 @@ class RunStatus:
     state: JobState
     failures: list[dict] = field(default_factory=list)
     task_values: list[dict] = field(default_factory=list)
+    ended: str | None = None  # why the job ended without success (status/failure.json)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -91,7 +92,17 @@ def gather(run: Run, *, live: bool = True) -> RunStatus:
                      backend=rec.get("backend", "?"), job=str(rec.get("job_id")), path=str(run.path),
                      submitted=rec.get("submitted"), nodes=rec.get("nodes") or 0,
                      ranks_per_node=rec.get("procs_per_node") or 0, state=state,
-                     failures=rank_failures(run.path), task_values=rec.get("tasks") or [])
+                     failures=rank_failures(run.path), task_values=rec.get("tasks") or [],
+                     ended=_ending(run.path))
+
+
+def _ending(run_dir: Path) -> str | None:
+    """The batch shell's summary of a failed, preflight-stopped or not-requeued job."""
+    try:
+        data = json.loads((run_dir / "status" / "failure.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return f"{data.get('reason', '?')}: {data.get('message', '')}"
 
 
 def status(ref: str) -> RunStatus:
@@ -138,7 +149,8 @@ def counts_line(state: JobState) -> str:
 def format_status(st: RunStatus) -> str:
     s = st.state
     lines = [
-        f"run       {st.run_id}  ({st.name} on {st.site})",
+        f"run       {st.run_id}",
+        f"job name  {st.name[:50]} on {st.site[:18]}",
         f"job       {st.job}" + (f"  array of {len(s.tasks)}" if s.tasks else ""),
         f"state     {describe(s)}",
     ]
@@ -158,6 +170,8 @@ def format_status(st: RunStatus) -> str:
         for i, t in enumerate(s.tasks):
             values = " ".join(f"{k}={v}" for k, v in (st.task_values[i] if i < len(st.task_values) else {}).items())
             lines.append(f"{(t.job or str(i))[:12]:<12} {describe(t)[:34]:<34} {values}"[:79])
+    if st.ended:
+        lines.append(f"ended     {st.ended}")
     if st.failures:
         lines.append("")
         lines.append("failed ranks:")
