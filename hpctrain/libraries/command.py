@@ -6,6 +6,8 @@ from .base import Adapter
 
 class Command(Adapter):
     name = "command"
+    # A plain script picks its own device; hpctrain's pin falls back to cuda:0 if masked.
+    needs_all_gpus = False
 
 
 ADAPTER = Command()
