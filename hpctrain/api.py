@@ -22,7 +22,7 @@ from .runs import Run, add_to_index, creating, git_state, new_run_id, run_path, 
 from .spec import default_runs_dir
 
 HERE = Path(__file__).parent
-RANK_FILES = ("bootstrap.py", "cpu_mode.py")  # copied into every run directory
+RANK_FILES = ("bootstrap.py", "cpu_mode.py", "preflight.py")  # copied into every run directory
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,34 @@ class Prepared:
     run_dir: Path
     script_name: str
     submit_command: list[str]
+    tasks: tuple["Prepared", ...] = ()  # a sweep's tasks, each a whole job in tasks/<i>/
+    task_values: tuple[dict, ...] = ()  # what each task changes
+    parallel: int | None = None  # a sweep's tasks running at once
 
 
 def prepare(job: Job, run_id: str | None = None) -> Prepared:
     run_id = run_id or new_run_id()
     run_dir = run_path(default_runs_dir(job.spec), job.spec.name, run_id)
+    if job.spec.sweep is not None:
+        return _prepare_sweep(job, run_id, run_dir)
+    return _prepare_one(job, run_id, run_dir)
+
+
+def _prepare_sweep(job: Job, run_id: str, run_dir: Path) -> Prepared:
+    from .arrays import make_array_plan, render_array
+    from .sweep import parallelism, tasks
+    task_list = tasks(job)
+    subs = tuple(_prepare_one(t.job, run_id, run_dir / "tasks" / str(t.index)) for t in task_list)
+    k = parallelism(job, len(subs))
+    aplan = make_array_plan(str(run_dir), [s.plan for s in subs], k, subs[0].script_name)
+    backend = backend_for(aplan.scheduler)
+    return Prepared(job=job, plan=subs[0].plan, script=render_array(aplan), run_id=run_id,
+                    run_dir=run_dir, script_name=backend.script_name,
+                    submit_command=backend.submit_command(run_dir / backend.script_name),
+                    tasks=subs, task_values=tuple(t.values for t in task_list), parallel=k)
+
+
+def _prepare_one(job: Job, run_id: str, run_dir: Path) -> Prepared:
     plan = make_plan(job, str(run_dir))
     backend = backend_for(plan.scheduler)
     script_path = run_dir / backend.script_name
@@ -53,18 +76,27 @@ def render(job: Job, run_id: str = "RUN_ID") -> str:
     return prepare(job, run_id).script
 
 
-def write_run_files(prep: Prepared, run: Run) -> Path:
+def _write_job_dir(prep: Prepared, d: Path) -> Path:
     import yaml
-    d = run.path
-    (d / "logs").mkdir()
+    (d / "logs").mkdir(parents=True)
     (d / "status").mkdir()
     write_atomic(d / "job.yaml", yaml.safe_dump(prep.job.resolved(), sort_keys=False))
     script = d / prep.script_name
     write_atomic(script, prep.script, mode=0o755)
+    if prep.tasks:
+        for sub in prep.tasks:
+            _write_job_dir(sub, sub.run_dir)
+        return script
     for name in RANK_FILES:
         if (HERE / name).exists():
             shutil.copy2(HERE / name, d / name)
     write_atomic(d / "bootstrap.json", json.dumps(prep.plan.bootstrap, indent=2, sort_keys=True) + "\n")
+    return script
+
+
+def write_run_files(prep: Prepared, run: Run) -> Path:
+    d = run.path
+    script = _write_job_dir(prep, d)
     spec = prep.job.spec
     record = {
         "run_id": prep.run_id,
@@ -83,6 +115,9 @@ def write_run_files(prep: Prepared, run: Run) -> Path:
         "hpctrain_version": __version__,
         "git": git_state(prep.job.workdir),
     }
+    if prep.tasks:
+        record.update(array_size=len(prep.tasks), parallel=prep.parallel,
+                      tasks=[dict(v) for v in prep.task_values])
     write_atomic(d / "run.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
     return script
 

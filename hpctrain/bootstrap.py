@@ -14,14 +14,17 @@ applies to it) and exits with its status, leaving status/rank-R.failed behind on
 """
 from __future__ import annotations
 
+import datetime
 import glob
 import json
 import os
+import re
 import runpy
 import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 
 # ----------------------------------------------------------------------------- import hooks
@@ -223,12 +226,105 @@ def set_environment(config: dict, me: dict) -> None:
     timeout = config.get("collective_timeout")
     if timeout:
         env["HPCTRAIN_COLLECTIVE_TIMEOUT"] = str(timeout)
+        apply_collective_timeout(int(timeout))
+    if config.get("preempt_signal"):
+        env["HPCTRAIN_PREEMPT_SIGNAL"] = "SIG" + config["preempt_signal"]
     for name in config.get("unset_env") or ():
         env.pop(name, None)
     values = dict(me, head=env.get("HPCTRAIN_HEAD", "localhost"),
                   spare_port=env.get("HPCTRAIN_SPARE_PORT", ""))
     for name, template in (config.get("rank_env") or {}).items():
         env[name] = template.format(**values)
+
+
+def apply_collective_timeout(seconds: int) -> None:
+    """Make `seconds` torch.distributed's default process-group timeout.
+
+    init_process_group, new_group and friends call distributed_c10d._get_default_timeout when no
+    timeout is passed (10 min for NCCL, 30 min for gloo in torch 2.x); replacing it makes every
+    such call — the library's own included — use the job's launcher.collective_timeout, while an
+    explicit timeout= in the program still wins.
+    """
+    def patch(c10d):
+        import datetime as _dt
+        c10d._get_default_timeout = lambda backend: _dt.timedelta(seconds=seconds)
+    after_import("torch.distributed.distributed_c10d", patch)
+
+
+# ----------------------------------------------------------------------------- resume
+
+_SKIP = re.compile(r"(^\.|\.(tmp|part|partial)$)")
+
+
+def _natural(name: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def find_checkpoint(run_dir: str, patterns: list[str]) -> str | None:
+    """The newest checkpoint matching `patterns` (relative to run_dir), or None."""
+    found = set()
+    for pattern in patterns:
+        full = pattern if os.path.isabs(pattern) else os.path.join(run_dir, pattern)
+        found.update(glob.glob(full, recursive=True))
+    best, best_key = None, None
+    for path in found:
+        if _SKIP.search(os.path.basename(path)):
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # removed since the glob (a rotated checkpoint)
+        if os.path.isfile(path) and st.st_size == 0:
+            continue
+        key = (st.st_mtime_ns, _natural(os.path.basename(path)))
+        if best_key is None or key > best_key:
+            best, best_key = path, key
+    return os.path.abspath(best) if best else None
+
+
+def resume_argv(argv: list[str], template: list[str], checkpoint: str) -> list[str]:
+    """argv with the library's resume option (see libraries/base.py, resume_args)."""
+    d = os.path.dirname(checkpoint)
+    values = {"checkpoint": checkpoint, "name": os.path.basename(checkpoint), "dir": d,
+              "dirname": os.path.basename(d), "parent": os.path.dirname(d)}
+    words = [w.format(**values) for w in template]
+    out = list(argv)
+    if words and words[0].startswith("-"):
+        opt = words[0]
+        for i, a in enumerate(out):
+            if a == opt and len(words) > 1 and i + 1 < len(out):
+                out[i + 1] = words[1]
+                words = words[2:]
+                break
+            if a.startswith(opt + "=") and len(words) > 1:
+                out[i] = f"{opt}={words[1]}"
+                words = words[2:]
+                break
+    extra, i = [], 0
+    while i < len(words):
+        w = words[i]
+        is_flag = w.startswith("-") and (i + 1 >= len(words) or words[i + 1].startswith("-"))
+        if not (is_flag and w in out):
+            extra.append(w)
+        i += 1
+    return out + extra
+
+
+def prepare_resume(config: dict, run_dir: str, argv: list[str], me: dict) -> list[str]:
+    os.environ["HPCTRAIN_CHECKPOINT_DIR"] = os.path.join(run_dir, "checkpoints")
+    resume = config.get("resume") or {}
+    patterns = resume.get("patterns") or []
+    checkpoint = find_checkpoint(run_dir, patterns) if patterns else None
+    if checkpoint is None:
+        os.environ.pop("HPCTRAIN_RESUME_FROM", None)
+        return argv
+    os.environ["HPCTRAIN_RESUME_FROM"] = checkpoint
+    new = resume_argv(argv, resume.get("args") or [], checkpoint)
+    if me["rank"] == 0:
+        print(f"hpctrain: resuming from {checkpoint} (job restart "
+              f"{os.environ.get('SLURM_RESTART_COUNT', '0')}, torchrun restart "
+              f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')})", file=sys.stderr)
+    return new
 
 
 def pin_device(me: dict) -> None:
@@ -302,11 +398,75 @@ def record_failure(status_dir: str, me: dict, code: int, error: str) -> None:
         os.makedirs(status_dir, exist_ok=True)
         with open(os.path.join(status_dir, f"rank-{me['rank']}.failed"), "w") as f:
             f.write(f"rank {me['rank']} on {me['node']} exited {code}: {error}\n")
+        # The same, for status/failure.json (summarize): the last error of this rank.
+        with open(os.path.join(status_dir, f"rank-{me['rank']}.failed.json"), "w") as f:
+            json.dump({"rank": me["rank"], "node": me["node"], "exit_status": code,
+                       "error": error, "job_restart": int(os.environ.get("SLURM_RESTART_COUNT", 0)),
+                       "torchrun_restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
+                       "time": _now()}, f)
     except OSError:
         pass
 
 
+def record_identity(status_dir: str, me: dict) -> None:
+    """status/rank-R.json: which node and pid this rank is, so logs and status can find it."""
+    try:
+        os.makedirs(status_dir, exist_ok=True)
+        path = os.path.join(status_dir, f"rank-{me['rank']}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(dict(me, pid=os.getpid(), started=time.time()), f)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def summarize(run_dir: str, reason: str, status: int, message: str = "") -> int:
+    """Write status/failure.json — why the job ended without success — and print one line.
+
+    Called by the batch shell (`bootstrap.py --summarize RUN_DIR REASON STATUS [MESSAGE]`) when
+    the launch fails, the preflight fails, or a preempted job is not requeued. REASON: ranks |
+    preflight | preempted.
+    """
+    status_dir = os.path.join(run_dir, "status")
+    ranks = []
+    for path in sorted(glob.glob(os.path.join(status_dir, "rank-*.failed.json")),
+                       key=lambda p: _natural(os.path.basename(p))):
+        try:
+            with open(path) as f:
+                ranks.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+    if not message:
+        if ranks:
+            first = min(ranks, key=lambda r: r.get("time", ""))
+            message = (f"rank {first['rank']} on {first['node']} failed (exit status "
+                       f"{first['exit_status']}): {first['error']}")
+            if len(ranks) > 1:
+                message += f"; {len(ranks) - 1} more rank(s) failed, see ranks"
+        else:
+            message = (f"the launch exited with status {status} and no rank recorded an error "
+                       "(killed by a signal, or torchrun/srun failed): see logs/slurm-*.out")
+    summary = {"reason": reason, "exit_status": status, "message": message, "ranks": ranks,
+               "job_id": os.environ.get("SLURM_JOB_ID"),
+               "job_restart": int(os.environ.get("SLURM_RESTART_COUNT", 0)),
+               "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(), "time": _now()}
+    os.makedirs(status_dir, exist_ok=True)
+    tmp = os.path.join(status_dir, ".failure.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(summary, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, os.path.join(status_dir, "failure.json"))
+    print(message)
+    return 0
+
+
 def main(args: list[str]) -> int:
+    if args[:1] == ["--summarize"] and len(args) >= 4:
+        return summarize(args[1], args[2], int(args[3]), " ".join(args[4:]))
     if len(args) < 2 or args[1] != "--":
         print("usage: bootstrap.py CONFIG.json -- PROGRAM [ARGS...]", file=sys.stderr)
         return 2
@@ -317,9 +477,17 @@ def main(args: list[str]) -> int:
     run_dir = os.environ.get("HPCTRAIN_RUN_DIR") or os.path.dirname(os.path.abspath(args[0]))
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     tee_output(os.path.join(run_dir, "logs", f"rank-{me['rank']}.log"), f"[rank {me['rank']}] ")
+    for stale in (f"rank-{me['rank']}.failed", f"rank-{me['rank']}.failed.json"):
+        try:  # from an earlier attempt (torchrun restart, requeue): this attempt starts clean
+            os.remove(os.path.join(run_dir, "status", stale))
+        except OSError:
+            pass
+    record_identity(os.path.join(run_dir, "status"), me)
     error = ""
+    program = args[2:]
     try:
         set_environment(config, me)
+        program = prepare_resume(config, run_dir, program, me)
         if cpu_mode_wanted(config.get("cpu_mode", "auto")):
             os.environ["HPCTRAIN_CPU_MODE"] = "1"
             patched = install_cpu_shims(config.get("library", "command"))
@@ -327,7 +495,7 @@ def main(args: list[str]) -> int:
                 print("hpctrain: CPU mode: " + "; ".join(patched), file=sys.stderr)
         else:
             pin_device(me)
-        program = list(args[2:])
+        program = list(program)
         if config.get("chdir_run_dir"):
             # Programs that write under ./ (DI-engine's ./<exp_name>, Isaac Lab's ./logs) write
             # into the run; the program's own path still means what it did where it was submitted.

@@ -69,12 +69,75 @@ def cmd_submit(args) -> int:
     if args.dry_run:
         print(f"# would run: {shlex.join(prep.submit_command)}")
         print(f"# run directory: {prep.run_dir}")
+        if prep.tasks:
+            print(f"# sweep: {len(prep.tasks)} tasks, {prep.parallel} at a time, each in tasks/<i>/")
+            for i, values in enumerate(prep.task_values):
+                print(f"#   {i:>3}  " + "  ".join(f"{k}={v}" for k, v in values.items()))
         sys.stdout.write(prep.script)
         return 0
     run = submit_prepared(prep)
     rec = run.record
-    print(f"submitted {rec['name']}  run {run.id}  job {rec['job_id']}  on {rec['site']}")
-    print(f"run directory: {run.path}")
+    print(f"submitted {rec['name']}  run {run.id}  job {rec['job_id']}  on {rec['site']}"
+          + (f"  ({rec['array_size']} tasks)" if rec.get("array_size") else ""))
+    print(f"run directory: {run.path}", flush=True)
+    if not args.wait:
+        return 0
+    from .operate import exit_status, wait
+    from .status import counts_line, describe
+    live = sys.stdout.isatty()
+
+    def show(st):
+        text = f"{st.job}: {describe(st.state)}"
+        if st.state.tasks:
+            text += f" [{counts_line(st.state)}]"
+        if live:  # one line, redrawn in place
+            sys.stdout.write("\r\033[K" + text[:79])
+        else:
+            sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    st = wait(run, on_change=show)
+    if live:
+        sys.stdout.write("\n")
+    for f in st.failures:
+        print(f"failed: rank {f['rank']} on {f['node']} exit {f['exit']}: {f['error']}")
+    return exit_status(st)
+
+
+def cmd_status(args) -> int:
+    import json
+    from .operate import status
+    from .status import format_status, format_table, recent
+    if args.run:
+        st = status(args.run)
+        print(json.dumps(st.to_json(), indent=2) if args.json else format_status(st))
+        return 0
+    return cmd_list(args)
+
+
+def cmd_list(args) -> int:
+    import json
+    from .status import format_table, recent
+    rows = recent(limit=args.limit)
+    if args.json:
+        print(json.dumps([r.to_json() for r in rows], indent=2))
+    elif not rows:
+        print("no runs yet: `hpctrain submit job.yaml` starts one")
+    else:
+        print(format_table(rows))
+    return 0
+
+
+def cmd_logs(args) -> int:
+    from .operate import logs
+    logs(args.run, follow_output=args.follow, rank=args.rank, node=args.node, task=args.task)
+    return 0
+
+
+def cmd_cancel(args) -> int:
+    from .operate import cancel
+    from .status import describe
+    st = cancel(args.run)
+    print(f"{st.run_id}  job {st.job}: {describe(st.state)}")
     return 0
 
 
@@ -96,7 +159,33 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="create a run directory and submit the job")
     _job_args(p)
     p.add_argument("--dry-run", action="store_true", help="print what would be submitted; submit nothing")
+    p.add_argument("--wait", action="store_true",
+                   help="wait for the job to end, showing its state; exit with its exit status")
     p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("status", help="a run's state, nodes, time and failed ranks; no RUN: recent runs")
+    p.add_argument("run", nargs="?", help="run id, run directory or Slurm job id (1234, 1234_5)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--limit", type=int, default=20, help="runs in the table (default 20)")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("list", help="recent runs: name, id, site, state, submitted, nodes x ranks")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("logs", help="a run's output: all of it, one rank's or one node's")
+    p.add_argument("run", help="run id, run directory or Slurm job id (1234_5: that array task)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--rank", type=int, help="only this rank (logs/rank-N.log)")
+    which.add_argument("--node", help="only the ranks that ran on this node")
+    p.add_argument("--task", type=int, help="a sweep's task index")
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("cancel", help="cancel a run (every task of a sweep)")
+    p.add_argument("run", help="run id, run directory or Slurm job id")
+    p.set_defaults(func=cmd_cancel)
     return parser
 
 

@@ -6,8 +6,6 @@ Python API raises it unchanged, so a notebook shows the same message as the shel
 """
 from __future__ import annotations
 
-import difflib
-
 
 class HpctrainError(Exception):
     """A mistake in the user's input or environment, with where and how to fix it."""
@@ -25,6 +23,7 @@ class HpctrainError(Exception):
 
 def nearest(name: str, options) -> str | None:
     """The closest valid name to a misspelt one, or None when nothing is close."""
+    import difflib  # only when an error is being explained, not on every render
     found = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
     return found[0] if found else None
 

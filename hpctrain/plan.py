@@ -9,7 +9,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 
-from . import __version__
+from . import __version__, survive
 from .checks import procs_per_node
 from .errors import HpctrainError
 from .libraries import adapter
@@ -47,6 +47,8 @@ class LaunchPlan:
     monitor_interval: float | None
     preflight: bool
     bootstrap: dict  # written to bootstrap.json; read by every rank
+    preemption: dict | None = None  # survive.preemption(): signal, lead_time, grace, requeue…
+    preflight_timeout: int = 60
     version: str = __version__
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
@@ -108,6 +110,9 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
     warnings = list(job.warnings)  # the adapter's own checks ran at load time
     ppn = procs_per_node(spec)
     directives, srun_gpus = _directives(job, run_dir, ppn)
+    preempt = survive.preemption(job)
+    at = len(directives) - len(job.site.sbatch_extra)  # ours before the site's own extras
+    directives[at:at] = survive.directives(preempt)
     env = {k: env_text(v) for k, v in site.env.items()}
     env.update({k: env_text(v) for k, v in spec.env.items()})
     env.update(lib.env(spec))
@@ -143,6 +148,8 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         # The site's NCCL set again, so that a rank started without this script (submitit)
         # gets it too, before any library is imported.
         "env": {k: env_text(v) for k, v in site.env.items()},
+        "preempt_signal": preempt["signal"] if preempt else None,
+        "resume": {"patterns": lib.checkpoint_patterns(spec), "args": lib.resume_args(spec)},
     }
     return LaunchPlan(
         name=spec.name, site=site.name, scheduler=site.scheduler, run_dir=run_dir,
@@ -155,5 +162,6 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         port_fixed=site.port.fixed, port_base=site.port.base, port_slots=max(1, site.port.span // 2),
         rdzv_conf=rdzv_conf, max_restarts=spec.launcher.max_restarts,
         monitor_interval=spec.launcher.monitor_interval, preflight=preflight,
-        bootstrap=bootstrap, warnings=tuple(warnings),
+        bootstrap=bootstrap, warnings=tuple(warnings), preemption=preempt,
+        preflight_timeout=survive.preflight_timeout(job),
     )

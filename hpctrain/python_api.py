@@ -320,9 +320,9 @@ class Handle:
         """A JobState (Slurm's words: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, ...)."""
         from .backends.base import JobState
         rec = self.record
-        if rec.get("backend") != "submitit":  # a CLI run: its own backend knows
-            from .backends import backend_for
-            return backend_for(rec["backend"]).state(self.run)
+        if rec.get("backend") != "submitit":  # a CLI run: the same answer `hpctrain status` gives
+            from .status import gather
+            return gather(self.run).state
         if self._scheduler() == "slurm":
             from .backends.slurm import SlurmBackend
             state = SlurmBackend().state(self.run)
@@ -422,6 +422,10 @@ class Handle:
 
     def cancel(self) -> None:
         """Cancel the job (scancel on Slurm; SIGTERM to the local controller)."""
+        if self.record.get("backend") != "submitit":
+            from .operate import cancel
+            cancel(self.run)
+            return
         self.run.update(cancelled=True)
         if self._scheduler() == "slurm":
             from .backends.slurm import SlurmBackend

@@ -19,7 +19,6 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +51,7 @@ def run_path(runs_dir: str, name: str, run_id: str) -> Path:
 
 def git_state(cwd: str) -> dict:
     """The commit and dirty flag of the code being submitted (None outside a git checkout)."""
+    import subprocess  # here, not at the top: `hpctrain render` never runs git (~2 ms of imports)
     def git(*args):
         return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
     try:
@@ -154,6 +154,12 @@ def find(ref: str) -> Run:
         raise HpctrainError(f"'{ref}' matches {len(hits)} runs: "
                             + ", ".join(e["run_id"] for e in hits[:5]), fix="give the whole run id")
     return Run(Path(hits[-1]["path"]))
+
+
+def rank_identity_files(directory: Path) -> list[Path]:
+    """status/rank-R.json of every rank that started (not rank-R.failed.json, its failure note)."""
+    return sorted(p for p in Path(directory).glob("status/rank-*.json")
+                  if p.name[len("rank-"):-len(".json")].isdigit())
 
 
 def latest() -> Run | None:

@@ -1,6 +1,7 @@
 """Finding and loading site profiles: packaged, per-user, on $HPCTRAIN_SITE_PATH, or by path."""
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -47,5 +48,13 @@ def find(name: str) -> Path:
 
 
 def load(name: str) -> tuple[SiteProfile, Located]:
-    doc = load_file(find(name))
+    path = find(name)
+    return _load(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _load(path: str, mtime_ns: int) -> tuple[SiteProfile, Located]:
+    # A sweep loads every variant against the same site: parse its profile once (keyed on the
+    # file's mtime, so an edited profile is read again in a long-lived notebook kernel).
+    doc = load_file(path)
     return convert_site(doc), doc

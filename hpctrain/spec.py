@@ -58,14 +58,17 @@ class Launcher(_Strict):
     collective_timeout: Seconds | None = None  # process-group (NCCL/gloo) collective timeout
     monitor_interval: Annotated[float, Meta(gt=0)] | None = None
     preflight: bool | None = None  # None: on for multi-node jobs
+    preflight_timeout: Seconds | None = None  # every node must reach the head within this
 
 
 class Preemption(_Strict):
+    """What happens ahead of the time limit or on preemption (see hpctrain/survive.py)."""
+    enabled: bool = True  # False: no --signal/--requeue, the job simply ends at its limit
     signal: Literal["USR1", "USR2", "TERM", "INT", "HUP", "URG"] = "USR2"
     lead_time: Seconds = 120  # seconds before the time limit that Slurm sends the signal
     grace: Seconds = 90  # how long the ranks get to save after the signal
     requeue: bool = True
-    max_requeues: NonNeg = 3
+    max_requeues: NonNeg = 3  # compared with SLURM_RESTART_COUNT (requeues of any cause)
 
 
 class Sweep(_Strict):

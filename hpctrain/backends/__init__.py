@@ -17,4 +17,12 @@ def backend_for(scheduler: str) -> Backend:
     raise ValueError(f"unknown scheduler {scheduler!r}")
 
 
-__all__ = ["Backend", "JobState", "backend_for"]
+def backend_of(record: dict) -> Backend:
+    """The backend that answers for a recorded run (runs from Python went through submitit)."""
+    if record.get("backend") == "submitit":
+        from .submitit import SubmititRuns
+        return SubmititRuns()
+    return backend_for(record["backend"])
+
+
+__all__ = ["Backend", "JobState", "backend_for", "backend_of"]

@@ -21,6 +21,8 @@ class JobState:
     elapsed: str | None = None
     restarts: int = 0
     extra: dict = field(default_factory=dict)
+    job: str | None = None  # the scheduler's name for it: 1234, 1234_5, local-4321
+    tasks: list["JobState"] = field(default_factory=list)  # an array's tasks, by index
 
     @property
     def done(self) -> bool:

@@ -1,15 +1,19 @@
-"""Slurm through its command-line tools: sbatch, scontrol, squeue, scancel."""
+"""Slurm through its command-line tools: sbatch, squeue/scontrol/sacct (via slurmstate), scancel."""
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
+from .. import slurmstate
 from ..errors import HpctrainError
 from ..runs import Run
 from .base import JobState
+from .summary import fmt_elapsed, summarise
 
 
-def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], timeout: float = 60) -> "subprocess.CompletedProcess":
+    # Imported here: render picks this backend for its script name only, and subprocess (with
+    # threading, selectors, signal) is ~2 ms of the ~100 ms that `hpctrain render` takes.
+    import subprocess
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
@@ -19,15 +23,10 @@ def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
         raise HpctrainError(f"'{' '.join(cmd)}' did not answer within {timeout:.0f}s: is slurmctld up?") from None
 
 
-def parse_scontrol(text: str) -> dict[str, str]:
-    """`scontrol -o show job` prints one line of Key=Value pairs (values may hold '=' but no spaces,
-    except a few like Command/WorkDir which come last or are irrelevant here)."""
-    out: dict[str, str] = {}
-    for token in text.split():
-        key, sep, value = token.partition("=")
-        if sep:
-            out[key] = value
-    return out
+def _state(rec: slurmstate.Record) -> JobState:
+    return JobState(state=rec.state, exit_code=rec.exit_code if rec.state != "PENDING" else None,
+                    reason=rec.reason, nodes=rec.nodes, elapsed=fmt_elapsed(rec.elapsed()),
+                    restarts=rec.restarts, job=rec.name)
 
 
 class SlurmBackend:
@@ -47,26 +46,34 @@ class SlurmBackend:
         return proc.stdout.strip().split(";")[0]
 
     def state(self, run: Run) -> JobState:
-        job_id = run.record["job_id"]
-        proc = _run(["scontrol", "-o", "show", "job", str(job_id)])
-        if proc.returncode != 0:
-            # Gone from slurmctld's memory (older than MinJobAge) and no accounting to ask.
-            return JobState("UNKNOWN", reason=proc.stderr.strip())
-        f = parse_scontrol(proc.stdout.splitlines()[0])
-        code = f.get("ExitCode", "")
-        exit_code = None
-        if code:
-            status, _, sig = code.partition(":")
-            exit_code = int(status) if status.isdigit() else None
-            if sig.isdigit() and int(sig):
-                exit_code = 128 + int(sig)
-        return JobState(state=f.get("JobState", "UNKNOWN"), exit_code=exit_code,
-                        reason=f.get("Reason") if f.get("Reason") not in (None, "None") else None,
-                        nodes=f.get("NodeList") if f.get("NodeList") not in (None, "(null)") else None,
-                        elapsed=f.get("RunTime"), restarts=int(f.get("Restarts", "0") or 0), extra=f)
+        rec = run.record
+        job_id = str(rec["job_id"])
+        records = slurmstate.query(job_id)
+        size = rec.get("array_size")
+        if not size:
+            mine = next((r for r in records if r.job_id == job_id), None)
+            if mine is None:
+                # Gone from slurmctld's memory (older than MinJobAge) and no accounting to ask.
+                return JobState("UNKNOWN", job=job_id, reason="Slurm no longer remembers this job")
+            return _state(mine)
+        tasks = []
+        for i in range(size):
+            done = next((r for r in records if r.task == i), None)
+            pending = next((r for r in records if i in r.pending_tasks), None)
+            if done is not None:
+                tasks.append(_state(done))
+            elif pending is not None:
+                st = _state(pending)
+                st.job, st.exit_code, st.elapsed = f"{job_id}_{i}", None, None
+                tasks.append(st)
+            else:
+                # A pending task that was cancelled leaves no record at all.
+                tasks.append(JobState("CANCELLED" if rec.get("cancelled") else "UNKNOWN",
+                                      job=f"{job_id}_{i}"))
+        return summarise(job_id, tasks)
 
     def cancel(self, run: Run) -> None:
-        self.abort(run.record["job_id"])
+        self.abort(run.record["job_id"])  # the array's id cancels every task
 
     def abort(self, job_id: str) -> None:
         proc = _run(["scancel", str(job_id)])

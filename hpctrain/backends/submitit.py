@@ -287,3 +287,17 @@ class CommandFunction:
             raise RuntimeError(f"the job script exited {code}" + (f": {notes}" if notes else "")
                                + f" (log: {log_path})")
         return {"exit_code": 0, "job_id": job_id, "log": str(log_path)}
+
+
+class SubmititRuns:
+    """Answers `hpctrain status/cancel` for runs submitted from Python: the Handle knows how
+    (submitit's result pickles, its local controller), so the CLI asks it."""
+    name = "submitit"
+
+    def state(self, run):
+        from ..python_api import Handle
+        return Handle(run).status()
+
+    def cancel(self, run) -> None:
+        from ..python_api import Handle
+        Handle(run).cancel()

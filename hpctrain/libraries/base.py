@@ -28,7 +28,7 @@ class Adapter:
     # Resume data for the coming resume interface: checkpoint globs relative to the run directory
     # (newest wins) and the arguments that resume from one ("{checkpoint}" = its path).
     checkpoint_globs: tuple[str, ...] = ()
-    resume_args: tuple[str, ...] = ()
+    resume_template: tuple[str, ...] = ()
 
     def program(self, spec: JobSpec) -> list[str]:
         """What every rank runs under the bootstrap: [script, *args] (script: path or -m mod)."""
@@ -51,6 +51,46 @@ class Adapter:
         if self.needs_all_gpus:
             gpu_masking(self.name, spec, site, where)
         return []
+
+    # ------------------------------------------------------------------ resume after a restart
+    # On every start of a rank (first run, a requeued run, torchrun's in-allocation restart) the
+    # bootstrap looks for the newest checkpoint matching checkpoint_patterns() in the run
+    # directory. If there is one, it sets HPCTRAIN_RESUME_FROM to its absolute path and puts
+    # resume_args() on the program's command line. If there is none, the program starts fresh.
+    # The decision is made at run time, rank-side (bootstrap.find_checkpoint / resume_argv), so
+    # nothing here runs on the nodes: both methods return plain data for bootstrap.json.
+
+    def checkpoint_patterns(self, spec: JobSpec) -> list[str]:
+        """Where the library writes checkpoints: glob patterns relative to the run directory
+        (absolute patterns are used as they are; `**` matches any depth).
+
+        The newest match by modification time wins (a tie: the natural order of the names, so
+        model_100.pt beats model_99.pt). Hidden files, *.tmp, *.part, *.partial and empty files
+        are skipped, so a checkpoint being written (write to a temporary name, then rename) is
+        never picked. The rank's working directory is the job's workdir, not the run directory:
+        make the library write into the run directory ($HPCTRAIN_RUN_DIR, e.g. through its
+        log-directory option in program()) so that each run resumes only from its own
+        checkpoints. [] (the default): this library is never resumed.
+        Example (rsl-rl writing into RUN_DIR/logs/rsl_rl/<experiment>/<time>/model_<it>.pt):
+            ["logs/rsl_rl/*/*/model_*.pt"]
+        """
+        return list(self.checkpoint_globs)
+
+    def resume_args(self, spec: JobSpec) -> list[str]:
+        """The library's own resume option, as an argument template; [] (the default): the
+        program reads HPCTRAIN_RESUME_FROM itself.
+
+        Placeholders (str.format): {checkpoint} the checkpoint's absolute path, {name} its file
+        name, {dir} its directory's absolute path, {dirname} that directory's name, {parent} the
+        directory above it. If the first element is an option already on the command line (as
+        `--opt value` or `--opt=value`), the bootstrap replaces that option's value with the
+        second element; every other element is appended (flags already present are not
+        repeated). Examples:
+            rl-games:  ["--checkpoint", "{checkpoint}"]
+            skrl:      ["--checkpoint", "{checkpoint}"]
+            rsl-rl:    ["--resume", "--load_run", "{dirname}", "--checkpoint", "{name}"]
+        """
+        return list(self.resume_template)
 
 
 _RANK_VARS = re.compile(r"\$\{?(SLURM_LOCALID|SLURM_PROCID|LOCAL_RANK|RANK|SLURM_STEP_GPUS)\b")
@@ -101,7 +141,7 @@ class IsaacLabAdapter(Adapter):
     train_dir = ""  # scripts/reinforcement_learning/<train_dir>/train.py
     extra_isaaclab_args: tuple[str, ...] = ()
     isaaclab_checkpoint_globs: tuple[str, ...] = ()
-    isaaclab_resume_args: tuple[str, ...] = ()
+    isaaclab_resume_template: tuple[str, ...] = ()
 
     def train_script(self, spec: JobSpec) -> str:
         root = spec.isaaclab or ""
@@ -133,11 +173,12 @@ class IsaacLabAdapter(Adapter):
     def run_in_run_dir(self, spec: JobSpec) -> bool:
         return self.isaaclab_mode(spec)
 
-    def resume(self, spec: JobSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(checkpoint globs relative to the run dir, resume arguments) for this job."""
-        if self.isaaclab_mode(spec):
-            return self.isaaclab_checkpoint_globs, self.isaaclab_resume_args
-        return self.checkpoint_globs, self.resume_args
+    def checkpoint_patterns(self, spec: JobSpec) -> list[str]:
+        # Isaac Lab's train.py runs in the run directory: its ./logs/<lib>/… are the run's.
+        return list(self.isaaclab_checkpoint_globs if self.isaaclab_mode(spec) else self.checkpoint_globs)
+
+    def resume_args(self, spec: JobSpec) -> list[str]:
+        return list(self.isaaclab_resume_template if self.isaaclab_mode(spec) else self.resume_template)
 
     def check(self, spec: JobSpec, site: SiteProfile, where: Where) -> list[str]:
         warnings = super().check(spec, site, where)

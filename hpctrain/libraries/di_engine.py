@@ -21,7 +21,7 @@ class DiEngine(Adapter):
     # ./<exp_name>/ckpt/iteration_<n>.pth.tar (rank 0, the learner's save hook). Resuming is a
     # config setting (policy.learn.learner.hook.load_ckpt_before_run), not a flag: none here.
     checkpoint_globs = ("*/ckpt/iteration_*.pth.tar",)
-    resume_args = ()
+    resume_template = ()
 
     def program(self, spec):
         return [spec.config or spec.script or "", *map(str, spec.args)]

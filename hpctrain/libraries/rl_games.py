@@ -26,10 +26,10 @@ class RlGames(IsaacLabAdapter):
     train_dir = "rl_games"
     # examples/rl/rl_games_pendulum.py (--out defaults to the run dir): rl-games' own file names.
     checkpoint_globs = ("checkpoints/nn/*.pth",)
-    resume_args = ("--checkpoint", "{checkpoint}")
+    resume_template = ("--checkpoint", "{checkpoint}")
     # Isaac Lab: logs/rl_games/<config name>/<timestamp>/nn/*.pth, --checkpoint PATH.
     isaaclab_checkpoint_globs = ("logs/rl_games/*/*/nn/*.pth",)
-    isaaclab_resume_args = ("--checkpoint", "{checkpoint}")
+    isaaclab_resume_template = ("--checkpoint", "{checkpoint}")
 
     def check(self, spec, site, where):
         warnings = super().check(spec, site, where)

@@ -13,12 +13,11 @@ class RslRl(IsaacLabAdapter):
     train_dir = "rsl_rl"
     # examples/rl/rsl_rl_pendulum.py: runner.save() names, --checkpoint PATH.
     checkpoint_globs = ("checkpoints/model_*.pt",)
-    resume_args = ("--checkpoint", "{checkpoint}")
+    resume_template = ("--checkpoint", "{checkpoint}")
     # Isaac Lab: logs/rsl_rl/<experiment>/<timestamp>[_<run name>]/model_<iter>.pt. Its
-    # --checkpoint is a file-name regex and --load_run a run-directory regex; their defaults
-    # (.* and model_.*.pt) pick the newest run and its newest model, i.e. the newest checkpoint.
+    # --load_run is a run-directory regex and --checkpoint a file-name regex under logs/rsl_rl/.
     isaaclab_checkpoint_globs = ("logs/rsl_rl/*/*/model_*.pt",)
-    isaaclab_resume_args = ("--resume",)
+    isaaclab_resume_template = ("--resume", "--load_run", "{dirname}", "--checkpoint", "{name}")
 
     def check(self, spec, site, where):
         warnings = super().check(spec, site, where)

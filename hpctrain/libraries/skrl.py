@@ -9,10 +9,10 @@ class Skrl(IsaacLabAdapter):
     train_dir = "skrl"
     # examples/rl/skrl_torch_pendulum.py: agent.save() names, --checkpoint PATH.
     checkpoint_globs = ("checkpoints/agent_*.pt",)
-    resume_args = ("--checkpoint", "{checkpoint}")
+    resume_template = ("--checkpoint", "{checkpoint}")
     # Isaac Lab: logs/skrl/<dir>/<timestamp>_<algo>_torch[_<name>]/checkpoints/agent_<step>.pt.
     isaaclab_checkpoint_globs = ("logs/skrl/*/*/checkpoints/agent_*.pt",)
-    isaaclab_resume_args = ("--checkpoint", "{checkpoint}")
+    isaaclab_resume_template = ("--checkpoint", "{checkpoint}")
 
 
 ADAPTER = Skrl()

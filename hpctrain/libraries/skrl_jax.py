@@ -26,9 +26,9 @@ class SkrlJax(IsaacLabAdapter):
     extra_isaaclab_args = ("--ml_framework", "jax")
     # examples/rl/skrl_jax_pendulum.py: agent.save() names (parameters only), --checkpoint PATH.
     checkpoint_globs = ("checkpoints/agent_*.pickle",)
-    resume_args = ("--checkpoint", "{checkpoint}")
+    resume_template = ("--checkpoint", "{checkpoint}")
     isaaclab_checkpoint_globs = ("logs/skrl/*/*/checkpoints/agent_*.pickle",)
-    isaaclab_resume_args = ("--checkpoint", "{checkpoint}")
+    isaaclab_resume_template = ("--checkpoint", "{checkpoint}")
 
     def program(self, spec):
         out = super().program(spec)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
@@ -37,7 +38,10 @@ def test_two_nodes_two_ranks_allreduce(cli, cluster):
     assert (run_dir / "logs" / f"slurm-{job_id}.out").is_file()
     assert sorted(p.name for p in (run_dir / "logs").glob("rank-*.log")) == [
         "rank-0.log", "rank-1.log", "rank-2.log", "rank-3.log"]
-    assert "rendezvous: node1:" in log  # the head is the first node of the job's own list
+    # The head is the first node of the job's own node list, whichever nodes the job got.
+    first = subprocess.run(["scontrol", "show", "hostnames", info["NodeList"]], capture_output=True,
+                           text=True).stdout.split()[0]
+    assert f"rendezvous: {first}:" in log
 
 
 def test_failed_sbatch_leaves_nothing_behind(cli, cluster, tmp_path):

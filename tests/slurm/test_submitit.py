@@ -82,6 +82,9 @@ def test_function_on_two_nodes(home, cluster):
     assert any(e["run_id"] == h.run_id and e["job_id"] == h.job_id for e in indexed())
     again = hpctrain.handle(h.job_id)  # found later from the index, like a CLI run
     assert again.run_dir == h.run_dir and again.result()["sum"] == 12.0
+    # The shell sees the same run: `hpctrain status` and `list` answer for Python runs too.
+    from hpctrain.operate import status
+    assert status(h.run_id).state.state == "COMPLETED"
 
 
 def test_exception_names_rank_and_node(home, cluster):

@@ -183,13 +183,17 @@ def test_di_engine_launch(home, tmp_path, monkeypatch):
     assert boot["unset_env"] == ["SLURM_LOCALID", "SLURM_NTASKS"] and boot["chdir_run_dir"]
 
 
-def test_resume_data_per_library():
+def test_resume_data_per_library(home):
     from hpctrain.libraries import adapter
-    spec = load_job({"name": "x", "library": "rsl_rl", "script": "t.py"}).spec
-    assert adapter("rsl_rl").resume(spec) == (("checkpoints/model_*.pt",), ("--checkpoint", "{checkpoint}"))
-    for lib in ("rl_games", "rsl_rl", "skrl", "skrl_jax"):
-        a = adapter(lib)
-        assert a.checkpoint_globs and a.isaaclab_checkpoint_globs and a.isaaclab_resume_args
+    own = load_job({"name": "x", "library": "rsl_rl", "script": "t.py"}).spec
+    isaac = isaac_job("rsl_rl", 1).spec
+    a = adapter("rsl_rl")
+    assert (a.checkpoint_patterns(own), a.resume_args(own)) == (["checkpoints/model_*.pt"],
+                                                                ["--checkpoint", "{checkpoint}"])
+    assert a.checkpoint_patterns(isaac) == ["logs/rsl_rl/*/*/model_*.pt"]
+    assert a.resume_args(isaac) == ["--resume", "--load_run", "{dirname}", "--checkpoint", "{name}"]
+    for lib in ("rl_games", "skrl", "skrl_jax"):
+        assert adapter(lib).resume_args(isaac_job(lib, 1).spec) == ["--checkpoint", "{checkpoint}"]
 
 
 def test_render_imports_no_heavy_library(home):

@@ -1,0 +1,96 @@
+"""Surviving the cluster: preemption and time limits, requeue, resume, preflight, timeouts.
+
+Decisions only (plain values for the plan); the shell side is templates/parts/preemption.sh.j2
+and preflight.sh.j2, the rank side is bootstrap.py (resume, collective timeout) and preflight.py.
+
+The path of a preemption or an approaching time limit, end to end:
+
+1. `#SBATCH --signal=B:SIG@LEAD` asks Slurm to send SIG (default USR2) to the batch shell only,
+   LEAD seconds before the limit (Slurm may send it up to 60 s earlier). `--requeue` makes the
+   job requeueable. The same path runs on `scancel --signal=SIG --batch JOBID` (preemption by
+   hand, or by a site's preemption tooling).
+2. The batch shell traps SIG and forwards it to `srun`, which forwards it to every task of the
+   step; Slurm delivers it to every process of the step: torchrun's agents and the ranks.
+   torchrun's agent handles TERM/INT/HUP/QUIT (it stops its workers) but not USR1/USR2, whose
+   default action would kill the agent and the ranks unsaved: so the agent is started with
+   USR1/USR2 ignored. The ranks inherit "ignored" and the training program installs its own
+   handler (a program that does not is not killed; it is requeued from its last periodic
+   checkpoint). The ranks learn the signal's name from HPCTRAIN_PREEMPT_SIGNAL.
+3. The shell waits up to `grace` seconds for the ranks to save and exit, then requeues the job
+   itself with `scontrol requeue` (JOBID, or ARRAYJOBID_TASKID for an array task) — from the
+   batch shell on the host, never from the training process (a container has no scontrol) —
+   unless SLURM_RESTART_COUNT (unset on the first run) has reached `max_requeues`: then the job
+   ends with exit status 75 and status/failure.json says why.
+4. The next run starts the ranks again; each rank's bootstrap finds the newest checkpoint in the
+   run directory (where the library adapter says its library writes them) and hands it to the
+   library's own resume option (HPCTRAIN_RESUME_FROM for a plain command). The same lookup makes
+   torchrun's in-allocation restarts (launcher.max_restarts) resume.
+
+Timeouts (seconds; every one can be set in the job file or in a site's `defaults:`):
+
+- launcher.join_timeout: all nodes must join torchrun's c10d rendezvous within this. Default
+  600, 1200 above 64 nodes (cold container pulls and slow file systems delay node starts).
+- launcher.last_call_timeout: once the minimum number of nodes joined, how long the rendezvous
+  waits for more. Default 30, 120 above 64 nodes.
+- launcher.close_timeout: how long a closed rendezvous is kept. Default 60.
+  (The three go into ONE --rdzv-conf value: torchrun does not append repeated ones.)
+- launcher.collective_timeout: the process group's timeout for collectives (NCCL, gloo); the
+  bootstrap makes it torch.distributed's default, so every init_process_group/new_group that does
+  not pass its own timeout uses it. Default: torch's (10 min NCCL, 30 min gloo).
+- launcher.preflight_timeout: every node must reach the head on the rendezvous port within this,
+  before torchrun starts. Default 60, 180 above 64 nodes.
+- preemption.lead_time: Slurm's signal comes this long before the time limit. Default 120.
+- preemption.grace: how long the ranks get to save after the signal, before the requeue.
+  Default 90; must leave room inside lead_time.
+"""
+from __future__ import annotations
+
+from .errors import HpctrainError
+from .loading import Job
+from .spec import slurm_seconds
+
+# Signals whose default action kills torchrun's agent, which does not handle them: the agent is
+# started with them ignored (see 2. above). TERM/INT/HUP the agent handles itself; URG is
+# ignored by default.
+IGNORED_BY_AGENT = ("USR1", "USR2")
+
+
+def preemption(job: Job) -> dict | None:
+    """The preemption settings for the script, or None where the job has none."""
+    p = job.spec.preemption
+    if job.site.scheduler != "slurm" or not p.enabled:
+        return None
+    limit = slurm_seconds(job.spec.resources.time)
+    where = job.source
+    if p.grace >= p.lead_time:
+        raise HpctrainError(
+            f"preemption.grace ({p.grace} s) is not shorter than preemption.lead_time "
+            f"({p.lead_time} s): Slurm would kill the job before the ranks finished saving",
+            where, f"e.g. preemption.lead_time: {p.grace + 60}")
+    if p.lead_time >= limit:
+        raise HpctrainError(
+            f"preemption.lead_time ({p.lead_time} s) is not shorter than the time limit "
+            f"resources.time={job.spec.resources.time} ({limit} s)", where,
+            "lengthen resources.time or shorten preemption.lead_time")
+    return {
+        "signal": p.signal,
+        "lead_time": p.lead_time,
+        "grace": p.grace,
+        "requeue": p.requeue,
+        "max_requeues": p.max_requeues,
+        "ignore_in_agent": p.signal in IGNORED_BY_AGENT,
+    }
+
+
+def directives(pre: dict | None) -> list[str]:
+    if pre is None:
+        return []
+    out = [f"--signal=B:{pre['signal']}@{pre['lead_time']}"]
+    if pre["requeue"]:
+        out.append("--requeue")
+    return out
+
+
+def preflight_timeout(job: Job) -> int:
+    la, nodes = job.spec.launcher, job.spec.resources.nodes
+    return la.preflight_timeout or (60 if nodes <= 64 else 180)

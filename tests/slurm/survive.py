@@ -1,0 +1,48 @@
+"""Helpers for tests that preempt, requeue and restart real jobs (reusable by the RL-library
+tests: submit a job, wait until its ranks have made progress, preempt it, follow its runs)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from tests.conftest import job_state
+
+
+def slurm_log(run_dir: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob("slurm-*.out")))
+
+
+def attempts(run_dir: Path) -> list[dict]:
+    path = run_dir / "results" / "attempts.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_until(predicate, timeout: float, what: str, job_id: str | None = None, poll: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    if job_id:
+        subprocess.run(["scancel", str(job_id)])
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_for_checkpoint(run_dir: Path, job_id: str, timeout: float = 240) -> list[Path]:
+    """Until the training has saved at least one periodic checkpoint (it is past its start)."""
+    return wait_until(lambda: sorted((run_dir / "checkpoints").glob("model_*.pt")), timeout,
+                      "a first checkpoint", job_id)
+
+
+def preempt(job_id: str, signal: str = "USR2") -> None:
+    """What Slurm does ahead of the limit or on preemption: the signal to the batch shell only."""
+    subprocess.run(["scancel", f"--signal={signal}", "--batch", str(job_id)], check=True)
+
+
+def restart_count(job_id: str) -> int:
+    return int(job_state(job_id).get("Restarts", "0"))

@@ -1,0 +1,61 @@
+"""Sweeps: expansion order, keys that may not vary, site limits, the array script."""
+import pytest
+
+from hpctrain.api import prepare
+from hpctrain.errors import HpctrainError
+from hpctrain.loading import load_job
+
+BASE = {"name": "sw", "library": "command", "script": "train.py",
+        "resources": {"nodes": 1, "time": "00:05:00"}}
+
+
+def job(sweep, site="localcluster", **extra):
+    return load_job(dict(BASE, sweep=sweep, **extra), site=site)
+
+
+def test_grid_times_variants_times_seeds(home):
+    prep = prepare(job({"grid": {"env.LR": [0.1, 0.01], "args": [["--a"], ["--b"]]},
+                        "variants": [{"env.ALGO": "ppo"}], "seeds": [1, 2], "parallel": 3}))
+    assert len(prep.tasks) == 8 and prep.parallel == 3
+    assert prep.task_values[0] == {"env.LR": 0.1, "args": ["--a"], "env.ALGO": "ppo", "seed": 1}
+    assert prep.task_values[-1] == {"env.LR": 0.01, "args": ["--b"], "env.ALGO": "ppo", "seed": 2}
+    t7 = prep.tasks[7]
+    assert t7.plan.env["LR"] == "0.01" and t7.plan.env["ALGO"] == "ppo"
+    assert t7.plan.bootstrap["seed"] == 2 and t7.plan.program[-1] == "--b"
+    assert str(t7.run_dir) == f"{prep.run_dir}/tasks/7" and t7.plan.run_dir == str(t7.run_dir)
+    assert "#SBATCH --array=0-7%3" in prep.script
+    assert f"#SBATCH --output={prep.run_dir}/logs/slurm-%A_%a.out" in prep.script
+    assert 'exec bash "$TASK_DIR/job.sbatch"' in prep.script
+
+
+def test_parallel_defaults_to_site(home):
+    prep = prepare(job({"seeds": [1, 2, 3, 4, 5]}))
+    assert "#SBATCH --array=0-4%2" in prep.script  # localcluster: array_parallelism 2
+
+
+@pytest.mark.parametrize("key", ["resources.nodes", "resources.time", "name", "site"])
+def test_allocation_keys_cannot_vary(home, key):
+    with pytest.raises(HpctrainError) as err:
+        prepare(job({"grid": {key: ["1", "2"]}}))
+    assert "same for every task" in err.value.what and err.value.fix
+
+
+def test_array_size_limit(home, tmp_path, monkeypatch):
+    site = tmp_path / "small.yaml"
+    site.write_text("name: small\nscheduler: slurm\nlimits: {max_array_size: 3}\n")
+    with pytest.raises(HpctrainError) as err:
+        prepare(job({"seeds": [1, 2, 3, 4]}, site=str(site)))
+    assert "at most 3" in err.value.what
+
+
+def test_bad_value_names_the_task(home):
+    with pytest.raises(HpctrainError) as err:
+        prepare(job({"grid": {"cpu_mode": ["on", "sometimes"]}}))
+    assert "sweep task 1" in err.value.what and "cpu_mode" in err.value.what
+
+
+def test_local_sweep_runs_k_at_a_time(home):
+    prep = prepare(job({"seeds": [1, 2, 3]}, site="local"))
+    assert "K=2" not in prep.script and "N=3" in prep.script  # local has no array_parallelism
+    prep = prepare(job({"seeds": [1, 2, 3], "parallel": 2}, site="local"))
+    assert "K=2" in prep.script and "wait -n" in prep.script
