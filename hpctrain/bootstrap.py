@@ -23,38 +23,69 @@ import runpy
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 
-_HOOKS: dict[str, list] = {}
-
-
 # ----------------------------------------------------------------------------- import hooks
+# The one post-import hook of hpctrain: pin_device uses it here, and cpu_mode.install takes it
+# (cpu_mode imports it from this module when used on its own).
 
 class _AfterImport:
-    """A meta-path finder that runs callbacks right after a module is first imported."""
+    """A meta-path finder that runs callbacks right after a named module has been executed.
 
-    def find_spec(self, name, path=None, target=None):
-        if name not in _HOOKS:
-            return None
-        # Find the real spec with ourselves out of the way, then wrap its loader.
-        sys.meta_path.remove(self)
-        try:
-            import importlib.util
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
+    It never loads anything itself: it asks the other finders for the real spec and wraps that
+    spec's loader's exec_module once (an instance attribute, removed at the first call), so the
+    module keeps its normal loader, __spec__ and __file__.
+    """
+
+    def __init__(self) -> None:
+        self.hooks: dict[str, list] = {}
+        self.lock = threading.RLock()
+
+    def find_spec(self, fullname, path=None, target=None):
+        with self.lock:
+            if fullname not in self.hooks:
+                return None
+        spec = None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
             return spec
-        loader = spec.loader
-        real_exec = loader.exec_module
+        original = loader.exec_module
 
-        def exec_module(module, _real=real_exec, _name=name):
-            _real(module)
-            for fn in _HOOKS.pop(_name, []):
-                fn(module)
-        loader.exec_module = exec_module
+        def exec_module(module):
+            try:
+                del loader.exec_module  # one shot: the class's own method again
+            except AttributeError:
+                pass
+            original(module)
+            if getattr(module, "__name__", None) == fullname:
+                with self.lock:
+                    hooks = self.hooks.pop(fullname, [])
+                for fn in hooks:
+                    _call_hook(fullname, fn, module)
+
+        try:
+            loader.exec_module = exec_module
+        except (AttributeError, TypeError):  # a loader without an instance dict: no hook
+            pass
         return spec
+
+
+def _call_hook(name: str, fn, module) -> None:
+    # A hook that no longer fits a library release must not break the user's import: say so
+    # loudly and let the library run as it would without it.
+    try:
+        fn(module)
+    except Exception as exc:  # noqa: BLE001
+        print(f"hpctrain: warning: post-import hook for {name} failed: {exc!r}", file=sys.stderr,
+              flush=True)
 
 
 _FINDER = _AfterImport()
@@ -62,12 +93,14 @@ _FINDER = _AfterImport()
 
 def after_import(name: str, fn) -> None:
     """Run fn(module) once `name` is imported (at once if it already is)."""
-    if name in sys.modules:
-        fn(sys.modules[name])
-        return
-    _HOOKS.setdefault(name, []).append(fn)
-    if _FINDER not in sys.meta_path:
-        sys.meta_path.insert(0, _FINDER)
+    with _FINDER.lock:
+        module = sys.modules.get(name)
+        if module is None:
+            _FINDER.hooks.setdefault(name, []).append(fn)
+            if _FINDER not in sys.meta_path:
+                sys.meta_path.insert(0, _FINDER)
+            return
+    _call_hook(name, fn, module)
 
 
 # ----------------------------------------------------------------------------- identity
@@ -156,13 +189,30 @@ def cpu_mode_wanted(setting: str) -> bool:
     return not gpu_present()
 
 
+def apply_site_env(config: dict) -> None:
+    """The site's set (NCCL interface, IB HCA, debug level, …): first, before any library import
+    reads it. The job's own env, already exported by the script, wins."""
+    for name, value in (config.get("env") or {}).items():
+        os.environ.setdefault(name, value)
+
+
+def node_cpus() -> int:
+    """The CPUs this node gives the job: Slurm's count, else this process's affinity."""
+    text = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def set_environment(config: dict, me: dict) -> None:
     env = os.environ
-    for name, value in (config.get("env") or {}).items():
-        env.setdefault(name, value)  # the job's own env (exported by the script) wins
     if not config.get("threads_from_env"):
-        # torchrun sets OMP_NUM_THREADS=1 for every rank; the rank's own CPUs are what it has.
-        threads = str(config.get("cpus_per_proc") or 1)
+        # torchrun sets OMP_NUM_THREADS=1 for every rank; the node's CPUs shared among its ranks
+        # are what each really has (more threads than that only oversubscribe).
+        threads = str(max(1, node_cpus() // max(1, me["local_world_size"])))
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[name] = threads
     seed = config.get("seed")
@@ -179,6 +229,12 @@ def set_environment(config: dict, me: dict) -> None:
         apply_collective_timeout(int(timeout))
     if config.get("preempt_signal"):
         env["HPCTRAIN_PREEMPT_SIGNAL"] = "SIG" + config["preempt_signal"]
+    for name in config.get("unset_env") or ():
+        env.pop(name, None)
+    values = dict(me, head=env.get("HPCTRAIN_HEAD", "localhost"),
+                  spare_port=env.get("HPCTRAIN_SPARE_PORT", ""))
+    for name, template in (config.get("rank_env") or {}).items():
+        env[name] = template.format(**values)
 
 
 def apply_collective_timeout(seconds: int) -> None:
@@ -290,14 +346,17 @@ def pin_device(me: dict) -> None:
 
 
 def install_cpu_shims(library: str) -> list[str]:
-    here = os.path.dirname(os.path.abspath(__file__))
-    if here not in sys.path:
-        sys.path.insert(0, here)
     try:
-        import cpu_mode  # copied beside this file
+        from . import cpu_mode  # type: ignore[attr-defined]  # as hpctrain.bootstrap
     except ImportError:
-        return []
-    return cpu_mode.install(library)
+        here = os.path.dirname(os.path.abspath(__file__))
+        if here not in sys.path:
+            sys.path.insert(0, here)
+        try:
+            import cpu_mode  # copied beside this file
+        except ImportError:
+            return []
+    return cpu_mode.install(library, after_import=after_import)
 
 
 # ----------------------------------------------------------------------------- running
@@ -413,6 +472,7 @@ def main(args: list[str]) -> int:
         return 2
     with open(args[0]) as f:
         config = json.load(f)
+    apply_site_env(config)
     me = identity(config)
     run_dir = os.environ.get("HPCTRAIN_RUN_DIR") or os.path.dirname(os.path.abspath(args[0]))
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
@@ -435,6 +495,13 @@ def main(args: list[str]) -> int:
                 print("hpctrain: CPU mode: " + "; ".join(patched), file=sys.stderr)
         else:
             pin_device(me)
+        program = list(program)
+        if config.get("chdir_run_dir"):
+            # Programs that write under ./ (DI-engine's ./<exp_name>, Isaac Lab's ./logs) write
+            # into the run; the program's own path still means what it did where it was submitted.
+            if program and program[0].endswith(".py") and os.path.exists(program[0]):
+                program[0] = os.path.abspath(program[0])
+            os.chdir(run_dir)
         code = run_program(program)
     except BaseException as exc:  # the program's own crash: show it, record it, exit non-zero
         traceback.print_exc()

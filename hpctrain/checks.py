@@ -74,6 +74,8 @@ def check(spec: JobSpec, site: SiteProfile, where: Where) -> list[str]:
             and spec.library == "command":
         warnings.append(f"script '{spec.script}' is not found from {os.getcwd()}: it must exist "
                         "there on the cluster, relative to the directory you submit from")
+    from .libraries import adapter  # light: the adapters import no library
+    warnings += adapter(spec.library).check(spec, site, where)
     p = spec.preemption
     if p.grace >= p.lead_time + 60 and site.scheduler == "slurm":
         warnings.append(f"preemption.grace ({p.grace}s) is not shorter than lead_time "

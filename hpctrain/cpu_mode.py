@@ -11,9 +11,8 @@ Design
 ------
 * Stdlib only at import time: this file is copied next to the bootstrap and imported by whatever
   interpreter the job uses, before torch/jax exist in the process.
-* Deferred patching: ``install`` registers a post-import hook (a ``sys.meta_path`` finder that
-  finds the real spec via the other finders and wraps that one module's ``exec_module``) per target
-  module. When the module finishes importing, the patch runs; if it is already imported, the patch
+* Deferred patching: ``install`` registers a post-import hook per target module (the bootstrap's
+  ``after_import``: a ``sys.meta_path`` finder that wraps that one module's ``exec_module``). When the module finishes importing, the patch runs; if it is already imported, the patch
   runs at once. Nothing is imported by ``install`` itself, so import order and start-up cost of the
   user's script are unchanged, and skrl's import-time ``init_process_group`` already sees the patch.
 * Defensive: every torch-side patch first asks ``torch.cuda.is_available()`` (torch is imported by
@@ -49,7 +48,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import threading
 
 __all__ = ["LIBRARIES", "APPLIED", "install"]
 
@@ -81,86 +79,29 @@ def _is_cuda_str(value) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# Post-import hooks
+# Post-import hooks: the bootstrap's, the one implementation in hpctrain
 # --------------------------------------------------------------------------------------------
 
-
-class _PostImportFinder:
-    """Meta-path finder that runs callbacks right after a named module has been executed.
-
-    It never loads anything itself: it asks the remaining finders for the real spec and wraps that
-    spec's loader's ``exec_module`` (an instance attribute, removed again after the first call), so
-    the module keeps its normal loader, ``__spec__`` and ``__file__``.
-    """
-
-    def __init__(self) -> None:
-        self._hooks: dict[str, list] = {}
-        self._lock = threading.RLock()
-
-    def register(self, name: str, fn) -> None:
-        with self._lock:
-            module = sys.modules.get(name)
-            if module is None:
-                self._hooks.setdefault(name, []).append(fn)
-                return
-        _call_hook(name, fn, module)  # already imported: patch now
-
-    def find_spec(self, fullname, path=None, target=None):
-        with self._lock:
-            if fullname not in self._hooks:
-                return None
-        spec = None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        loader = getattr(spec, "loader", None)
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        original_exec = loader.exec_module
-
-        def exec_module(module):
-            try:
-                del loader.exec_module  # restore the class method: one-shot wrapper
-            except AttributeError:
-                pass
-            original_exec(module)
-            if getattr(module, "__name__", None) == fullname:
-                self._run(fullname, module)
-
-        try:
-            loader.exec_module = exec_module
-        except (AttributeError, TypeError):  # loader without instance dict: give up quietly
-            return spec
-        return spec
-
-    def _run(self, name: str, module) -> None:
-        with self._lock:
-            hooks = self._hooks.pop(name, [])
-        for fn in hooks:
-            _call_hook(name, fn, module)
+_after_import = None
 
 
-def _call_hook(name: str, fn, module) -> None:
-    # A patch that no longer fits (e.g. a library release renamed what it patches) must not break
-    # the user's import: say so loudly and let the library run (and fail) as it would unpatched.
+def _default_after_import():
+    # Beside the bootstrap in a run directory, or inside the hpctrain package: both stdlib only.
     try:
-        fn(module)
-    except Exception as exc:  # noqa: BLE001
-        print(f"[hpctrain cpu_mode] WARNING: could not patch {name}: {exc!r}", file=sys.stderr, flush=True)
-
-
-_finder: _PostImportFinder | None = None
+        from .bootstrap import after_import  # type: ignore[import-not-found]
+    except ImportError:
+        here = os.path.dirname(os.path.abspath(__file__))
+        if here not in sys.path:
+            sys.path.insert(0, here)
+        from bootstrap import after_import  # type: ignore[import-not-found,no-redef]
+    return after_import
 
 
 def _on_import(name: str, fn) -> None:
-    global _finder
-    if _finder is None:
-        _finder = _PostImportFinder()
-        sys.meta_path.insert(0, _finder)
-    _finder.register(name, fn)
+    global _after_import
+    if _after_import is None:
+        _after_import = _default_after_import()
+    _after_import(name, fn)
 
 
 # --------------------------------------------------------------------------------------------
@@ -410,13 +351,17 @@ _TORCH_DESC = [
 _installed: set[str] = set()
 
 
-def install(library: str) -> list[str]:
+def install(library: str, after_import=None) -> list[str]:
     """Arm the CPU shims that ``library`` needs to run its own distributed mode with gloo.
 
     Safe to call before torch/jax are imported (patches apply when the module is first imported)
     and more than once. Returns short descriptions of the shims armed, for the log. Patches whose
-    module is imported while CUDA is available do nothing.
+    module is imported while CUDA is available do nothing. ``after_import(name, fn)`` is the
+    post-import hook to arm them with (the bootstrap passes its own; default: the same one).
     """
+    global _after_import
+    if after_import is not None:
+        _after_import = after_import
     if library not in LIBRARIES:
         raise ValueError(f"unknown library {library!r}; expected one of {', '.join(LIBRARIES)}")
     torch = sys.modules.get("torch")

@@ -107,7 +107,7 @@ def _directives(job: Job, run_dir: str, ppn: int) -> tuple[list[str], str | None
 def make_plan(job: Job, run_dir: str) -> LaunchPlan:
     spec, site = job.spec, job.site
     lib = adapter(spec.library)
-    warnings = list(job.warnings) + lib.check(spec, lambda p: job.source)
+    warnings = list(job.warnings)  # the adapter's own checks ran at load time
     ppn = procs_per_node(spec)
     directives, srun_gpus = _directives(job, run_dir, ppn)
     preempt = survive.preemption(job)
@@ -123,7 +123,8 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         "HPCTRAIN_LIBRARY": spec.library,
     })
     try:
-        python = shlex.split(spec.python) if spec.python is not None else [sys.executable]
+        python = (shlex.split(spec.python) if spec.python is not None
+                  else lib.python(spec) or [sys.executable])
     except ValueError as exc:
         raise HpctrainError(f"'python' is not a valid command: {exc}", job.source,
                             'e.g. python: "isaaclab.sh -p"') from None
@@ -141,6 +142,9 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         "threads_from_env": "OMP_NUM_THREADS" in env,
         "collective_timeout": spec.launcher.collective_timeout,
         "launcher": lib.launcher,
+        "rank_env": dict(lib.rank_env),
+        "unset_env": list(lib.unset_env),
+        "chdir_run_dir": lib.run_in_run_dir(spec),
         # The site's NCCL set again, so that a rank started without this script (submitit)
         # gets it too, before any library is imported.
         "env": {k: env_text(v) for k, v in site.env.items()},

@@ -8,6 +8,7 @@ near the interpreter's own start-up time.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from pathlib import Path
 
@@ -24,6 +25,16 @@ def _q(value) -> str:
 
 def _qjoin(values) -> str:
     return " ".join(shlex.quote(str(v)) for v in values)
+
+
+_ENV_REF = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+
+
+def _qcmd(values) -> str:
+    """A command (the interpreter): quoted, except a whole-word "$VAR", which the node expands
+    ("python: $ISAACSIM_PYTHON_EXE" names the interpreter the cluster's environment provides)."""
+    return " ".join(f'"${{{m.group(1)}}}"' if (m := _ENV_REF.match(str(v))) else shlex.quote(str(v))
+                    for v in values)
 
 
 def _cache() -> jinja2.BytecodeCache | None:
@@ -53,6 +64,7 @@ def environment() -> jinja2.Environment:
         )
         _env.filters["q"] = _q
         _env.filters["qjoin"] = _qjoin
+        _env.filters["qcmd"] = _qcmd
     return _env
 
 

@@ -1,9 +1,12 @@
 """The adapter interface every library module implements."""
 from __future__ import annotations
 
+import os
+import re
 from typing import Callable
 
-from ..spec import JobSpec
+from ..errors import HpctrainError
+from ..spec import JobSpec, SiteProfile
 
 Where = Callable[[tuple], str]
 
@@ -15,17 +18,38 @@ class Adapter:
     # "torchrun": one torchrun per node starts the ranks (torch.distributed libraries).
     # "tasks": Slurm starts one task per rank and the bootstrap maps the task ids (JAX).
     launcher = "torchrun"
+    # Variables the bootstrap sets per rank from its identity ({rank}, {local_rank},
+    # {world_size}, {local_world_size}, {head}, {spare_port}), e.g. JAX's JAX_RANK.
+    rank_env: dict[str, str] = {}
+    # Variables removed from every rank's environment before the program starts.
+    unset_env: tuple[str, ...] = ()
+    # Torch libraries put rank i on cuda:LOCAL_RANK and need every GPU of the node visible.
+    needs_all_gpus = True
+    # Resume data for the coming resume interface: checkpoint globs relative to the run directory
+    # (newest wins) and the arguments that resume from one ("{checkpoint}" = its path).
+    checkpoint_globs: tuple[str, ...] = ()
+    resume_template: tuple[str, ...] = ()
 
     def program(self, spec: JobSpec) -> list[str]:
         """What every rank runs under the bootstrap: [script, *args] (script: path or -m mod)."""
         return [spec.script or "", *map(str, spec.args)]
 
+    def python(self, spec: JobSpec) -> list[str] | None:
+        """The interpreter when the job names none; None: the one running hpctrain."""
+        return None
+
+    def run_in_run_dir(self, spec: JobSpec) -> bool:
+        """Whether ranks start in the run directory (for programs that write under ./)."""
+        return False
+
     def env(self, spec: JobSpec) -> dict[str, str]:
         """Extra environment for every rank."""
         return {}
 
-    def check(self, spec: JobSpec, where: Where) -> list[str]:
+    def check(self, spec: JobSpec, site: SiteProfile, where: Where) -> list[str]:
         """Library traps: raise HpctrainError for errors, return warnings."""
+        if self.needs_all_gpus:
+            gpu_masking(self.name, spec, site, where)
         return []
 
     # ------------------------------------------------------------------ resume after a restart
@@ -50,7 +74,7 @@ class Adapter:
         Example (rsl-rl writing into RUN_DIR/logs/rsl_rl/<experiment>/<time>/model_<it>.pt):
             ["logs/rsl_rl/*/*/model_*.pt"]
         """
-        return []
+        return list(self.checkpoint_globs)
 
     def resume_args(self, spec: JobSpec) -> list[str]:
         """The library's own resume option, as an argument template; [] (the default): the
@@ -66,4 +90,111 @@ class Adapter:
             skrl:      ["--checkpoint", "{checkpoint}"]
             rsl-rl:    ["--resume", "--load_run", "{dirname}", "--checkpoint", "{name}"]
         """
-        return []
+        return list(self.resume_template)
+
+
+_RANK_VARS = re.compile(r"\$\{?(SLURM_LOCALID|SLURM_PROCID|LOCAL_RANK|RANK|SLURM_STEP_GPUS)\b")
+
+
+def gpu_masking(library: str, spec: JobSpec, site: SiteProfile, where: Where) -> None:
+    """Per-rank GPU masks break cuda:LOCAL_RANK: rank i > 0 sees one GPU, 'invalid device ordinal'."""
+    why = (f"{library} puts rank i on cuda:LOCAL_RANK, so every rank must see all of its node's "
+           "GPUs; with one GPU per rank, ranks past the first fail with 'invalid device ordinal'")
+    for extra in site.sbatch_extra:
+        if extra.startswith(("--gpus-per-task", "--gpu-bind", "--ntasks-per-gpu")):
+            raise HpctrainError(f"site '{site.name}' adds '{extra}', which gives each task its own "
+                                f"GPUs: {why}", f"site '{site.name}' sbatch_extra",
+                                f"remove {extra.split('=')[0]} from the site's sbatch_extra")
+    ppn = spec.resources.procs_per_node or spec.resources.gpus_per_node or 1
+    for origin, env in (("env", spec.env), (f"site '{site.name}' env", site.env)):
+        value = env.get("CUDA_VISIBLE_DEVICES")
+        if value is None:
+            continue
+        text = str(value)
+        per_rank = bool(_RANK_VARS.search(text))
+        too_few = not per_rank and ppn > 1 and len([v for v in text.split(",") if v.strip()]) < ppn
+        if per_rank or too_few:
+            raise HpctrainError(
+                f"CUDA_VISIBLE_DEVICES={text} masks GPUs per rank ({ppn} ranks per node): {why}",
+                where(("env", "CUDA_VISIBLE_DEVICES")) if origin == "env" else origin,
+                "remove CUDA_VISIBLE_DEVICES: hpctrain pins each rank to cuda:LOCAL_RANK itself")
+
+
+# ------------------------------------------------------------------------------------ Isaac Lab
+
+ISAACLAB_SCRIPTS = "scripts/reinforcement_learning"
+
+
+class IsaacLabAdapter(Adapter):
+    """A library that Isaac Lab ships a train.py for: the job names a task, hpctrain the rest.
+
+    Isaac Lab mode: no `script`, or a script that is Isaac Lab's own
+    scripts/reinforcement_learning/<lib>/train.py. Then the rank runs
+    `train.py --task=TASK --headless --distributed [--seed=SEED] ARGS`, as Isaac Lab's multi-GPU
+    page documents, from the run directory (Isaac Lab writes ./logs/<lib>/…: the run keeps them).
+    Any other script is the user's own program: it gets exactly its `args`.
+
+    Library settings (e.g. rl-games' schedule) go in `args` as Isaac Lab's Hydra overrides, as
+    on Isaac Lab's own command line: `agent.params.config.schedule_type=legacy`.
+    """
+
+    train_dir = ""  # scripts/reinforcement_learning/<train_dir>/train.py
+    extra_isaaclab_args: tuple[str, ...] = ()
+    isaaclab_checkpoint_globs: tuple[str, ...] = ()
+    isaaclab_resume_template: tuple[str, ...] = ()
+
+    def train_script(self, spec: JobSpec) -> str:
+        root = spec.isaaclab or ""
+        return os.path.join(root, ISAACLAB_SCRIPTS, self.train_dir, "train.py") if root else \
+            f"{ISAACLAB_SCRIPTS}/{self.train_dir}/train.py"
+
+    def isaaclab_mode(self, spec: JobSpec) -> bool:
+        if spec.script is None:
+            return True
+        return spec.script.replace(os.sep, "/").endswith(f"{ISAACLAB_SCRIPTS}/{self.train_dir}/train.py")
+
+    def program(self, spec: JobSpec) -> list[str]:
+        args = [str(a) for a in spec.args]
+        if not self.isaaclab_mode(spec):
+            return [spec.script or "", *args]
+        script = spec.script or self.train_script(spec)
+        out = [script, f"--task={spec.task}", "--headless", "--distributed"]
+        out += [a for a in self.extra_isaaclab_args if a not in args]
+        if spec.seed is not None and not any(a == "--seed" or a.startswith("--seed=") for a in args):
+            out.append(f"--seed={spec.seed}")
+        return out + args
+
+    def python(self, spec: JobSpec) -> list[str] | None:
+        # Isaac Lab's launcher script runs its Python with every Isaac Sim path set up.
+        if self.isaaclab_mode(spec) and spec.isaaclab:
+            return [os.path.join(spec.isaaclab, "isaaclab.sh"), "-p"]
+        return None
+
+    def run_in_run_dir(self, spec: JobSpec) -> bool:
+        return self.isaaclab_mode(spec)
+
+    def checkpoint_patterns(self, spec: JobSpec) -> list[str]:
+        # Isaac Lab's train.py runs in the run directory: its ./logs/<lib>/… are the run's.
+        return list(self.isaaclab_checkpoint_globs if self.isaaclab_mode(spec) else self.checkpoint_globs)
+
+    def resume_args(self, spec: JobSpec) -> list[str]:
+        return list(self.isaaclab_resume_template if self.isaaclab_mode(spec) else self.resume_template)
+
+    def check(self, spec: JobSpec, site: SiteProfile, where: Where) -> list[str]:
+        warnings = super().check(spec, site, where)
+        if self.isaaclab_mode(spec):
+            if not spec.task:
+                raise HpctrainError(f"library '{self.name}' runs Isaac Lab's train.py, which needs "
+                                    "a task", where(("library",)),
+                                    "add e.g. task: Isaac-Cartpole-v0 (or set script: to your own "
+                                    "training script)")
+            if spec.script is None and not spec.isaaclab:
+                raise HpctrainError(f"library '{self.name}' without 'script' runs Isaac Lab's "
+                                    f"{self.train_script(spec)}, but the job does not say where "
+                                    "Isaac Lab is", where(("library",)),
+                                    "add isaaclab: /path/to/IsaacLab (the checkout on the cluster), "
+                                    "or set script: to your own training script")
+        elif spec.task:
+            warnings.append(f"'task: {spec.task}' is passed only to Isaac Lab's train.py; "
+                            f"'{spec.script}' gets exactly its args: add --task there if it takes one")
+        return warnings

@@ -10,9 +10,9 @@ class Command(Adapter):
     bootstrap) and, on a restart, finds the newest one in $HPCTRAIN_RESUME_FROM."""
 
     name = "command"
-
-    def checkpoint_patterns(self, spec: JobSpec) -> list[str]:
-        return ["checkpoints/*"]
+    # A plain script picks its own device; hpctrain's pin falls back to cuda:0 if masked.
+    needs_all_gpus = False
+    checkpoint_globs = ("checkpoints/*",)
 
 
 ADAPTER = Command()

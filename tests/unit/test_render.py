@@ -35,6 +35,21 @@ MATRIX = [
     ("iface.yaml", {"resources": {"nodes": 3, "gpus_per_node": 2, "account": "rl", "qos": "high"},
                     "setup": ["ulimit -n 65536"]}),
 ]
+# Every RL library: Isaac Lab's train.py and an own script, one and several nodes, local and Slurm.
+_ISAAC = {"script": None, "args": [], "task": "Isaac-Cartpole-v0", "isaaclab": "/opt/Isaac Lab"}
+for _lib in ("rl_games", "rsl_rl", "skrl", "skrl_jax"):
+    MATRIX += [
+        ("local", {"library": _lib, "resources": {"procs_per_node": 2}}),
+        ("localcluster", {"library": _lib, "resources": {"nodes": 2, "procs_per_node": 2}}),
+        ("ib-suffix.yaml", {"library": _lib, "resources": {"nodes": 2, "gpus_per_node": 4}, **_ISAAC}),
+        ("slurm-generic", {"library": _lib, "resources": {"nodes": 1, "gpus_per_node": 2},
+                           "python": "$ISAACSIM_PYTHON_EXE", "seed": 3, **_ISAAC}),
+    ]
+MATRIX += [
+    ("local", {"library": "di_engine", "script": None, "config": "cfg.py", "resources": {"procs_per_node": 2}}),
+    ("localcluster", {"library": "di_engine", "script": None, "config": "cfg.py",
+                      "resources": {"nodes": 2, "procs_per_node": 2}}),
+]
 
 
 @pytest.fixture

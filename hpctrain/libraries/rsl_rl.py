@@ -1,0 +1,34 @@
+"""rsl-rl: torchrun; distributed whenever WORLD_SIZE > 1 (the runner builds the process group).
+
+Trap: Isaac Lab's rsl_rl train.py seeds with `seed + LOCAL_RANK`, so rank r of every node gets
+the same seed and the nodes collect the same experience.
+"""
+from __future__ import annotations
+
+from .base import IsaacLabAdapter
+
+
+class RslRl(IsaacLabAdapter):
+    name = "rsl_rl"
+    train_dir = "rsl_rl"
+    # examples/rl/rsl_rl_pendulum.py: runner.save() names, --checkpoint PATH.
+    checkpoint_globs = ("checkpoints/model_*.pt",)
+    resume_template = ("--checkpoint", "{checkpoint}")
+    # Isaac Lab: logs/rsl_rl/<experiment>/<timestamp>[_<run name>]/model_<iter>.pt. Its
+    # --load_run is a run-directory regex and --checkpoint a file-name regex under logs/rsl_rl/.
+    isaaclab_checkpoint_globs = ("logs/rsl_rl/*/*/model_*.pt",)
+    isaaclab_resume_template = ("--resume", "--load_run", "{dirname}", "--checkpoint", "{name}")
+
+    def check(self, spec, site, where):
+        warnings = super().check(spec, site, where)
+        if self.isaaclab_mode(spec) and spec.resources.nodes > 1:
+            warnings.append(
+                "Isaac Lab's rsl_rl train.py seeds each rank with seed + LOCAL_RANK: on "
+                f"{spec.resources.nodes} nodes, rank r of every node gets the same seed and "
+                "collects the same experience. Fix: seed from the global rank in your train.py "
+                "(the bootstrap exports HPCTRAIN_SEED = seed + global rank), e.g. "
+                "agent_cfg.seed = int(os.environ['HPCTRAIN_SEED'])")
+        return warnings
+
+
+ADAPTER = RslRl()

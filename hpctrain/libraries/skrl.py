@@ -1,0 +1,18 @@
+"""skrl with PyTorch: torchrun; distributed when WORLD_SIZE > 1, decided at `import skrl`."""
+from __future__ import annotations
+
+from .base import IsaacLabAdapter
+
+
+class Skrl(IsaacLabAdapter):
+    name = "skrl"
+    train_dir = "skrl"
+    # examples/rl/skrl_torch_pendulum.py: agent.save() names, --checkpoint PATH.
+    checkpoint_globs = ("checkpoints/agent_*.pt",)
+    resume_template = ("--checkpoint", "{checkpoint}")
+    # Isaac Lab: logs/skrl/<dir>/<timestamp>_<algo>_torch[_<name>]/checkpoints/agent_<step>.pt.
+    isaaclab_checkpoint_globs = ("logs/skrl/*/*/checkpoints/agent_*.pt",)
+    isaaclab_resume_template = ("--checkpoint", "{checkpoint}")
+
+
+ADAPTER = Skrl()

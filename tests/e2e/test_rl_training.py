@@ -1,0 +1,165 @@
+"""Real training through hpctrain: each RL library's own distributed mode, on the real cluster.
+
+2 nodes x 2 ranks (world 4 over two hosts), a few updates: every rank finishes, rank 0 writes the
+library's own checkpoint, and the policy weights are identical on every rank at the end.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, read_results, submitted, wait_for_job
+
+pytestmark = pytest.mark.e2e
+
+LIBRARIES = {  # job file -> the checkpoint glob its adapter declares for resume
+    "rl_games": ("examples/rl/rl_games_pendulum.yaml", "checkpoints/nn/*.pth"),
+    "rsl_rl": ("examples/rl/rsl_rl_pendulum.yaml", "checkpoints/model_*.pt"),
+    "skrl": ("examples/rl/skrl_torch_pendulum.yaml", "checkpoints/agent_*.pt"),
+    "skrl_jax": ("examples/rl/skrl_jax_pendulum.yaml", "checkpoints/agent_*.pickle"),
+}
+
+
+def cluster_log(run_dir: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in (run_dir / "logs").glob("slurm-*.out"))
+
+
+def check_trained(results: list[dict], log: str, world: int, hosts: int) -> None:
+    assert sorted(r["rank"] for r in results) == list(range(world)), log[-3000:]
+    assert {r["world_size"] for r in results} == {world}
+    assert len({r.get("hostname") or r.get("host") for r in results}) == hosts, results
+    digests = {r["params_sha256"] for r in results}
+    assert len(digests) == 1, f"weights differ across ranks: {results}"
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("library", list(LIBRARIES))
+def test_library_trains_on_two_nodes(library, cli, cluster):
+    from hpctrain.libraries import adapter
+    job_file, pattern = LIBRARIES[library]
+    assert pattern in adapter(library).checkpoint_globs  # what resume will look for is what is written
+    t0 = time.monotonic()
+    proc = cli("submit", job_file, "--site", cluster, "--set", f"python={sys.executable}")
+    job_id, run_dir = submitted(proc.stdout)
+    info = wait_for_job(job_id, timeout=400)
+    log = cluster_log(run_dir)
+    assert info["JobState"] == "COMPLETED", log[-4000:]
+    results = read_results(run_dir)
+    check_trained(results, log, world=4, hosts=2)
+    assert all(r["library"] == library for r in results)
+    import yaml
+    args = yaml.safe_load((ROOT / job_file).read_text())["args"]
+    assert {r["updates"] for r in results} == {int(args[args.index("--updates") + 1])}
+    ckpts = sorted(run_dir.glob(pattern))
+    assert ckpts, f"no checkpoint matching {pattern} in {run_dir}"
+    assert [r["rank"] for r in results if r["checkpoint"]] == [0]  # rank 0 only
+    print(f"{library}: 2x2 job {job_id} end to end {time.monotonic() - t0:.1f} s")
+
+
+def write_failing_program(tmp_path: Path, rank_variable: str) -> Path:
+    script = tmp_path / "fail_one_rank.py"
+    script.write_text(
+        "import os, sys, time\n"
+        f"rank = int(os.environ['{rank_variable}'])\n"
+        "if rank == 1:\n"
+        "    sys.exit(3)\n"
+        "time.sleep(120)  # the others would wait for their peer forever: they must be stopped\n")
+    return script
+
+
+@pytest.mark.slurm
+def test_failed_jax_rank_fails_the_job(cli, cluster, tmp_path):
+    script = write_failing_program(tmp_path, "JAX_RANK")  # also proves the JAX_* mapping
+    proc = cli("submit", "examples/rl/skrl_jax_pendulum.yaml", "--site", cluster,
+               "--set", f"python={sys.executable}", "--set", f"script={script}", "--set", "args=[]")
+    job_id, run_dir = submitted(proc.stdout)
+    info = wait_for_job(job_id, timeout=400)
+    log = cluster_log(run_dir)
+    assert info["JobState"] == "FAILED" and info["ExitCode"] != "0:0", log
+    head = re.search(r"rendezvous: (\w+):", log).group(1)
+    # Block distribution: ranks 0 and 1 on the first node; the script names rank and node.
+    assert f"failed: rank 1 on {head} exited 3" in log, log
+    assert (run_dir / "status" / "rank-1.failed").is_file()
+
+
+def wait_local(run_dir: Path, timeout: float = 180) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        f = run_dir / "status" / "exit_code"
+        if f.is_file() and f.read_text().strip():
+            return int(f.read_text())
+        time.sleep(0.3)
+    raise AssertionError(f"local job in {run_dir} did not finish in {timeout}s")
+
+
+def test_failed_jax_rank_fails_the_local_job(cli, tmp_path):
+    script = write_failing_program(tmp_path, "JAX_RANK")
+    t0 = time.monotonic()
+    proc = cli("submit", "examples/rl/skrl_jax_pendulum.yaml", "--set", "resources.nodes=1",
+               "--set", f"python={sys.executable}", "--set", f"script={script}", "--set", "args=[]")
+    _, run_dir = submitted(proc.stdout)
+    assert wait_local(run_dir) != 0
+    assert time.monotonic() - t0 < 60  # rank 0 was stopped, not left sleeping
+    log = (run_dir / "logs" / "job.out").read_text()
+    assert "failed: rank 1 on" in log and "exited 3" in log, log
+
+
+def test_cartpole_ppo_on_this_machine(cli):
+    """The README's first example, as a user runs it: default site, 1 node x 2 ranks."""
+    t0 = time.monotonic()
+    proc = cli("submit", "examples/cartpole_ppo.yaml", "--set", f"python={sys.executable}")
+    _, run_dir = submitted(proc.stdout)
+    assert wait_local(run_dir, timeout=120) == 0, (run_dir / "logs" / "job.out").read_text()
+    elapsed = time.monotonic() - t0
+    results = read_results(run_dir)
+    check_trained(results, "", world=2, hosts=1)
+    assert {r["backend"] for r in results} == {"gloo"}
+    assert len({r["mean_return"] for r in results}) == 1  # summed across ranks: one value
+    assert results[0]["mean_return"] > 30  # a random policy gets ~22: it learned
+    assert list(run_dir.glob("checkpoints/policy_*.pt"))
+    assert elapsed < 60, f"took {elapsed:.1f} s"
+    print(f"cartpole local 1x2: {elapsed:.1f} s")
+
+
+@pytest.mark.slurm
+def test_cartpole_ppo_on_two_nodes(cli, cluster):
+    proc = cli("submit", "examples/cartpole_ppo.yaml", "--site", cluster,
+               "--set", "resources.nodes=2", "--set", f"python={sys.executable}")
+    job_id, run_dir = submitted(proc.stdout)
+    info = wait_for_job(job_id, timeout=400)
+    log = cluster_log(run_dir)
+    assert info["JobState"] == "COMPLETED", log[-4000:]
+    check_trained(read_results(run_dir), log, world=4, hosts=2)
+    assert list(run_dir.glob("checkpoints/policy_*.pt"))
+
+
+DING_PYTHON = ROOT / ".venv-ding" / "bin" / "python"
+
+
+@pytest.fixture(scope="session")
+def ding_python():
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "install-ding-venv.sh")],
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"scripts/install-ding-venv.sh failed:\n{proc.stdout}\n{proc.stderr}")
+    return DING_PYTHON
+
+
+def test_di_engine_ddp_on_this_machine(cli, ding_python):
+    t0 = time.monotonic()
+    proc = cli("submit", "examples/di_engine/cartpole_dqn_ddp.yaml", "--set", f"python={ding_python}")
+    _, run_dir = submitted(proc.stdout)
+    code = wait_local(run_dir, timeout=300)
+    log = (run_dir / "logs" / "job.out").read_text(errors="replace")
+    assert code == 0, log[-4000:]
+    results = read_results(run_dir)
+    assert sorted(r["rank"] for r in results) == [0, 1], log[-3000:]  # not two rank-0 worlds
+    assert {r["world_size"] for r in results} == {2}
+    assert len({r["params_sha256"] for r in results}) == 1, results
+    assert list(run_dir.glob("cartpole_dqn_ddp/ckpt/iteration_*.pth.tar"))  # ./<exp_name> in the run
+    print(f"di_engine local 1x2: {time.monotonic() - t0:.1f} s")
