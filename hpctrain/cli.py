@@ -85,14 +85,19 @@ def cmd_submit(args) -> int:
     from .operate import exit_status, wait
     from .status import counts_line, describe
     live = sys.stdout.isatty()
+    last = [None]
 
     def show(st):
         text = f"{st.job}: {describe(st.state)}"
         if st.state.tasks:
             text += f" [{counts_line(st.state)}]"
-        if live:  # one line, redrawn in place
+        if live:  # one line, redrawn in place (the elapsed time ticks)
             sys.stdout.write("\r\033[K" + text[:79])
-        else:
+        else:  # a log file: one line per change of state, not per tick of the clock
+            key = (st.state.state, counts_line(st.state))
+            if key == last[0]:
+                return
+            last[0] = key
             sys.stdout.write(text + "\n")
         sys.stdout.flush()
     st = wait(run, on_change=show)
