@@ -116,6 +116,7 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
     env = {k: env_text(v) for k, v in site.env.items()}
     env.update({k: env_text(v) for k, v in spec.env.items()})
     env.update(lib.env(spec))
+    env.update(survive.restart_env(job))
     env.update({
         "HPCTRAIN_RUN_DIR": run_dir,
         "HPCTRAIN_JOB_NAME": spec.name,
