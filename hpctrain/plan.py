@@ -147,6 +147,9 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         "env": {k: env_text(v) for k, v in site.env.items()},
         "preempt_signal": preempt["signal"] if preempt else None,
         "resume": {"patterns": lib.checkpoint_patterns(spec), "args": lib.resume_args(spec)},
+        # The preflight's rank check (bootstrap.rank_check) needs torch: torchrun jobs only.
+        "rank_check_timeout": (survive.preflight_timeout(job)
+                               if preflight and lib.launcher == "torchrun" else None),
     }
     return LaunchPlan(
         name=spec.name, site=site.name, scheduler=site.scheduler, run_dir=run_dir,
