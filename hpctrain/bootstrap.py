@@ -535,7 +535,10 @@ def main(args: list[str]) -> int:
         else:
             pin_device(me)
         check = config.get("rank_check_timeout")
-        if check:
+        # Only where the job script's torchrun started the ranks (it sets both variables); a
+        # bootstrap run by hand or by a benchmark has no peers to meet.
+        if check and me["world_size"] > 1 and "MASTER_ADDR" in os.environ \
+                and "HPCTRAIN_SPARE_PORT" in os.environ:
             spent = rank_check(me, float(check))
             if me["rank"] == 0:
                 print(f"hpctrain: preflight: all {me['world_size']} ranks met in {spent:.2f} s (rank check)",
