@@ -49,7 +49,9 @@ Timeouts (seconds; every one can be set in the job file or in a site's `defaults
   bootstrap makes it torch.distributed's default, so every init_process_group/new_group that does
   not pass its own timeout uses it. Default: torch's (10 min NCCL, 30 min gloo).
 - launcher.preflight_timeout: every node must reach the head on the rendezvous port within this,
-  before torchrun starts. Default 60, 180 above 64 nodes.
+  before torchrun starts; then every rank must meet all the others (bootstrap.rank_check, a
+  counter in a TCPStore rank 0 hosts on HPCTRAIN_SPARE_PORT; no process group) within it too,
+  before the program starts. Default 60, 180 above 64 nodes.
 - preemption.lead_time: Slurm's signal comes this long before the time limit. Default 120.
 - preemption.grace: how long the ranks get to save after the signal, before the requeue.
   Default 90; must leave room inside lead_time.
