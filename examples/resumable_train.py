@@ -77,11 +77,17 @@ def main() -> None:
     it, stopped = start, "completed"
     gen = torch.Generator().manual_seed(1000 + rank)
     while it < args.iterations:
-        if it == args.die_at and rank == args.die_rank and (
-                args.die_always or attempt["torchrun_restart"] == 0):
+        if it == args.die_at and rank == args.die_rank:
             if args.die_always:
                 raise RuntimeError(f"injected failure at iteration {it}")
-            os.kill(os.getpid(), signal.SIGKILL)
+            # Once per run: a marker on the shared run directory, not TORCHELASTIC_RESTART_COUNT,
+            # which is per node (the node that did not fail may still say 0 after the restart,
+            # and rank numbers may move between nodes).
+            marker = os.path.join(run_dir, "results", f"killed-rank-{rank}-at-{it}")
+            if not os.path.exists(marker):
+                os.makedirs(os.path.dirname(marker), exist_ok=True)
+                open(marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
         x = torch.randn(16, 8, generator=gen)
         loss = (model(x) - x.sum(1, keepdim=True)).pow(2).mean()
         opt.zero_grad()

@@ -359,6 +359,103 @@ def install_cpu_shims(library: str) -> list[str]:
     return cpu_mode.install(library, after_import=after_import)
 
 
+# ----------------------------------------------------------------------------- rank check
+
+class RankCheckError(RuntimeError):
+    """Not every rank arrived at the preflight's rank check in time."""
+
+
+def rank_check(me: dict, timeout: float) -> float:
+    """The preflight's tiny collective: every rank of this attempt meets every other one.
+
+    The node-level preflight (preflight.py) proves that the nodes reach the head; this proves
+    that every rank torchrun started is alive and reaches rank 0's node, before the program
+    spends minutes building its environments. It must not create torch's process group (the
+    program or its library does, and a second init fails), so it is a counter in a small
+    TCPStore of its own: rank 0 hosts it on HPCTRAIN_SPARE_PORT of its node (MASTER_ADDR,
+    which torchrun gives every rank), every rank adds 1 and waits until the count is WORLD_SIZE.
+    A rank that does not arrive within `timeout` (launcher.preflight_timeout) is named, with
+    its node where a rank of the same node arrived. The store is gone before the program
+    starts; a torchrun restart runs the check again with a new store. Returns the seconds spent
+    (waiting for the slowest rank included, torch's import not).
+    """
+    import datetime as _dt
+    # Only torchrun jobs get here, whose program imports torch anyway: the import is not extra.
+    from torch.distributed import TCPStore
+
+    start = time.monotonic()
+    env, rank, world = os.environ, me["rank"], me["world_size"]
+    host, port = env["MASTER_ADDR"], int(env["HPCTRAIN_SPARE_PORT"])
+    if env.get("HPCTRAIN_TEST_RANK_CHECK_LATE") == str(rank):
+        time.sleep(timeout + 20)  # tests only: this rank arrives after everyone gave up
+    deadline = start + timeout
+    limit = _dt.timedelta(seconds=max(1.0, timeout))
+    try:
+        store = TCPStore(host, port, world_size=None, is_master=rank == 0, timeout=limit,
+                         wait_for_workers=False)
+    except Exception as exc:  # noqa: BLE001 (the store raises several kinds)
+        raise RankCheckError(f"rank {rank} on {me['node']} cannot reach rank 0's check store "
+                             f"{host}:{port} (HPCTRAIN_SPARE_PORT) within {timeout:g} s: {exc}"
+                             ) from None
+    try:
+        store.set(f"rank/{rank}", me["node"])
+        arrived = store.add("arrived", 1)
+        while arrived < world and time.monotonic() < deadline:
+            time.sleep(0.05)
+            arrived = store.add("arrived", 0)
+        if arrived < world:
+            # Rank 0 names the missing ranks once for everyone and leaves last, so that no rank
+            # reports its store vanishing instead of the real reason.
+            if rank == 0:
+                verdict = _missing_ranks(store, me, timeout)
+                store.set("verdict", verdict)
+                _wait_count(store, "left", arrived - 1, time.monotonic() + 5)
+                raise RankCheckError(verdict)
+            if _wait_key(store, "verdict", time.monotonic() + 5):
+                verdict = store.get("verdict").decode()
+                store.add("left", 1)
+                raise RankCheckError(verdict)
+            raise RankCheckError(_missing_ranks(store, me, timeout))
+        # Rank 0 hosts the store: it leaves last, once every rank has seen the full count.
+        store.add("left", 1)
+        if rank == 0:
+            _wait_count(store, "left", world, time.monotonic() + 5)
+    except RankCheckError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (the store lost: rank 0 died or left)
+        raise RankCheckError(f"rank {rank} on {me['node']} lost rank 0's check store "
+                             f"{host}:{port} during the rank check: {exc}") from None
+    finally:
+        del store
+    return time.monotonic() - start
+
+
+def _missing_ranks(store, me: dict, timeout: float) -> str:
+    world, lws = me["world_size"], max(1, me["local_world_size"])
+    present = {r: store.get(f"rank/{r}").decode() for r in range(world)
+               if store.check([f"rank/{r}"])}
+
+    def where(r: int) -> str:  # torchrun numbers one node's ranks contiguously
+        peers = [present[p] for p in range(r - r % lws, r - r % lws + lws) if p in present]
+        return f"rank {r} ({peers[0]})" if peers else f"rank {r} (node unknown)"
+    missing = [where(r) for r in range(world) if r not in present]
+    return (f"{', '.join(missing)} did not reach the rank check within {timeout:g} s "
+            f"(launcher.preflight_timeout); {len(present)} of {world} ranks arrived")
+
+
+def _wait_count(store, key: str, target: int, until: float) -> None:
+    while store.add(key, 0) < target and time.monotonic() < until:
+        time.sleep(0.02)
+
+
+def _wait_key(store, key: str, until: float) -> bool:
+    while not store.check([key]):
+        if time.monotonic() >= until:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 # ----------------------------------------------------------------------------- running
 
 def run_program(argv: list[str]) -> int:
@@ -403,7 +500,9 @@ def record_failure(status_dir: str, me: dict, code: int, error: str) -> None:
             json.dump({"rank": me["rank"], "node": me["node"], "exit_status": code,
                        "error": error, "job_restart": int(os.environ.get("SLURM_RESTART_COUNT", 0)),
                        "torchrun_restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
-                       "time": _now()}, f)
+                       # Milliseconds: the rank that failed first (the cause) and the peers that
+                       # lost it a moment later (the effect) usually share one second.
+                       "time": _now("milliseconds")}, f)
     except OSError:
         pass
 
@@ -420,8 +519,8 @@ def record_identity(status_dir: str, me: dict) -> None:
         pass
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+def _now(timespec: str = "seconds") -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec=timespec)
 
 
 def summarize(run_dir: str, reason: str, status: int, message: str = "") -> int:
@@ -502,6 +601,15 @@ def main(args: list[str]) -> int:
             if program and program[0].endswith(".py") and os.path.exists(program[0]):
                 program[0] = os.path.abspath(program[0])
             os.chdir(run_dir)
+        check = config.get("rank_check_timeout")
+        # Only where the job script's torchrun started the ranks (it sets both variables); a
+        # bootstrap run by hand or by a benchmark has no peers to meet.
+        if check and me["world_size"] > 1 and "MASTER_ADDR" in os.environ \
+                and "HPCTRAIN_SPARE_PORT" in os.environ:
+            spent = rank_check(me, float(check))
+            if me["rank"] == 0:
+                print(f"hpctrain: preflight: all {me['world_size']} ranks met in {spent:.2f} s (rank check)",
+                      file=sys.stderr)
         code = run_program(program)
     except BaseException as exc:  # the program's own crash: show it, record it, exit non-zero
         traceback.print_exc()

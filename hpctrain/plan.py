@@ -116,6 +116,7 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
     env = {k: env_text(v) for k, v in site.env.items()}
     env.update({k: env_text(v) for k, v in spec.env.items()})
     env.update(lib.env(spec))
+    env.update(survive.restart_env(job))
     env.update({
         "HPCTRAIN_RUN_DIR": run_dir,
         "HPCTRAIN_JOB_NAME": spec.name,
@@ -150,6 +151,9 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         "env": {k: env_text(v) for k, v in site.env.items()},
         "preempt_signal": preempt["signal"] if preempt else None,
         "resume": {"patterns": lib.checkpoint_patterns(spec), "args": lib.resume_args(spec)},
+        # The preflight's rank check (bootstrap.rank_check) needs torch: torchrun jobs only.
+        "rank_check_timeout": (survive.preflight_timeout(job)
+                               if preflight and lib.launcher == "torchrun" else None),
     }
     return LaunchPlan(
         name=spec.name, site=site.name, scheduler=site.scheduler, run_dir=run_dir,

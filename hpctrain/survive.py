@@ -26,6 +26,17 @@ The path of a preemption or an approaching time limit, end to end:
    library's own resume option (HPCTRAIN_RESUME_FROM for a plain command). The same lookup makes
    torchrun's in-allocation restarts (launcher.max_restarts) resume.
 
+torchrun's restarts (launcher.max_restarts > 0) need one more thing: a store that is new for
+every attempt. By default (torch >= 2.4) the rank-0 agent hosts ONE TCPStore for the whole life
+of the job and every attempt's ranks bootstrap their process group in it under the same keys
+(default_pg/0/...): torch once prefixed them with TORCHELASTIC_RESTART_COUNT, but that count is
+per agent (the node whose rank died says 1, the node restarted because the other one left says
+0: pytorch#135712), and torch 2.13 neither prefixes the keys nor makes a new server per attempt.
+The restarted ranks then read the dead attempt's addresses: gloo's connectFullMesh fails with
+"Connection refused", or the mesh mixes attempts and the first collective hangs (both seen on 2
+nodes here). TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 makes every rendezvous round publish a fresh
+MASTER_PORT on which that attempt's rank 0 hosts the store: nothing from the last attempt is left.
+
 Timeouts (seconds; every one can be set in the job file or in a site's `defaults:`):
 
 - launcher.join_timeout: all nodes must join torchrun's c10d rendezvous within this. Default
@@ -38,7 +49,9 @@ Timeouts (seconds; every one can be set in the job file or in a site's `defaults
   bootstrap makes it torch.distributed's default, so every init_process_group/new_group that does
   not pass its own timeout uses it. Default: torch's (10 min NCCL, 30 min gloo).
 - launcher.preflight_timeout: every node must reach the head on the rendezvous port within this,
-  before torchrun starts. Default 60, 180 above 64 nodes.
+  before torchrun starts; then every rank must meet all the others (bootstrap.rank_check, a
+  counter in a TCPStore rank 0 hosts on HPCTRAIN_SPARE_PORT; no process group) within it too,
+  before the program starts. Default 60, 180 above 64 nodes.
 - preemption.lead_time: Slurm's signal comes this long before the time limit. Default 120.
 - preemption.grace: how long the ranks get to save after the signal, before the requeue.
   Default 90; must leave room inside lead_time.
@@ -89,6 +102,13 @@ def directives(pre: dict | None) -> list[str]:
     if pre["requeue"]:
         out.append("--requeue")
     return out
+
+
+def restart_env(job: Job) -> dict[str, str]:
+    """Environment for torchrun when it may restart the ranks (see "torchrun's restarts" above)."""
+    if job.spec.launcher.max_restarts <= 0 or "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in job.spec.env:
+        return {}
+    return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def preflight_timeout(job: Job) -> int:

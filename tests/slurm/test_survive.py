@@ -56,6 +56,7 @@ def test_preempted_job_saves_requeues_and_resumes(cli, cluster):
                  f"preemption: requeueing job {job_id} (requeue 1 of at most 2)",
                  "done: all ranks exited 0"):
         assert re.search(stamp + re.escape(line), log), (line, log)
+    assert len(re.findall(r"hpctrain: preflight: all 4 ranks met in [\d.]+ s", log)) == 2, log
     assert not (run_dir / "status" / "failure.json").exists()
 
 
@@ -88,40 +89,78 @@ def test_requeue_cap_ends_the_job(cli, cluster):
 
 
 def test_killed_rank_is_restarted_by_torchrun_and_resumes(cli, cluster):
-    # Rank 1 is SIGKILLed at iteration 8 on torchrun's first attempt; torchrun restarts the
-    # worker group in the same allocation and the bootstrap hands it the iteration-5 checkpoint.
-    # One node: a multi-node torchrun restart is not reliable yet (see the report / README).
-    job_id, run_dir = submit(cli, cluster, "launcher.max_restarts=1", "resources.nodes=1",
+    # 2 nodes x 2 ranks. Rank 1 is SIGKILLed at iteration 8 (once per run); torchrun restarts
+    # the worker group on both nodes in the same allocation and the bootstrap hands every rank
+    # the iteration-5 checkpoint. Before the fix (a fresh store per attempt, survive.py) the
+    # restarted ranks read the dead attempt's gloo addresses: "Connection refused", or a hang.
+    job_id, run_dir = submit(cli, cluster, "launcher.max_restarts=1",
                              "args=[--iterations,12,--sleep,0.3,--save-every,5,--die-at,8,--die-rank,1]")
-    info = wait_for_job(job_id, timeout=300)
+    info = wait_for_job(job_id, timeout=400)
     log = slurm_log(run_dir)
     assert info["JobState"] == "COMPLETED", log
     assert info["Restarts"] == "0"  # no requeue: the restart happened inside the allocation
+    assert (run_dir / "results" / "killed-rank-1-at-8").exists()  # the kill did happen
     runs = attempts(run_dir)
-    assert len(runs) == 2, runs
-    assert {a["torchrun_restart"] for a in runs} == {1}, runs
+    # Only the restarted attempt finishes: one record per rank, on both nodes.
+    assert sorted(a["rank"] for a in runs) == [0, 1, 2, 3], runs
+    assert {a["world_size"] for a in runs} == {4} and len({a["host"] for a in runs}) == 2, runs
+    # TORCHELASTIC_RESTART_COUNT is per node: 1 where the rank died, 0 or 1 on the other node.
+    assert max(a["torchrun_restart"] for a in runs) == 1, runs
     assert {a["started_from"] for a in runs} == {5}, runs
     assert {a["reached"] for a in runs} == {12}
+    # The preflight's rank check ran before each attempt: the first and the restarted one.
+    assert len(re.findall(r"hpctrain: preflight: all 4 ranks met in [\d.]+ s", log)) == 2, log
     assert not (run_dir / "status" / "failure.json").exists()
 
 
 def test_rank_that_keeps_dying_ends_the_job_with_rank_node_and_error(cli, cluster):
-    job_id, run_dir = submit(cli, cluster, "launcher.max_restarts=1", "resources.nodes=1",
+    job_id, run_dir = submit(cli, cluster, "launcher.max_restarts=1",
                              "args=[--iterations,12,--sleep,0.2,--die-at,3,--die-rank,1,--die-always]")
-    info = wait_for_job(job_id, timeout=300)
+    info = wait_for_job(job_id, timeout=400)
     log = slurm_log(run_dir)
     assert info["JobState"] == "FAILED", log
     failure = json.loads((run_dir / "status" / "failure.json").read_text())
     assert failure["reason"] == "ranks" and failure["exit_status"] != 0
-    [rank3] = [r for r in failure["ranks"] if r["rank"] == 1]
-    assert rank3["node"] in ("node1", "node2", "node3", "node4")
-    assert rank3["torchrun_restart"] == 1  # the last attempt's error, after the restart
-    # The restarted attempt's last error: the injected one, or (seen with gloo after a torchrun
-    # restart) the mesh connection failing first — either way recorded with rank and node.
-    assert "RuntimeError" in rank3["error"], rank3
-    assert re.match(r"rank \d on node\d failed \(exit status 1\): RuntimeError", failure["message"])
-    assert re.search(r"hpctrain: failure: rank \d on node\d failed \(exit status 1\): "
-                     r"RuntimeError", log), log
+    [rank1] = [r for r in failure["ranks"] if r["rank"] == 1]
+    assert rank1["node"] in ("node1", "node2", "node3", "node4")
+    # The restarted attempt's own error, recorded with rank and node (its peers' "connection
+    # closed" errors come after it and are not the message).
+    error = "RuntimeError: injected failure at iteration 3"
+    assert rank1["error"] == error, rank1
+    # It failed on both attempts: torchrun did restart it once, then gave up.
+    rank1_log = (run_dir / "logs" / "rank-1.log").read_text()
+    assert rank1_log.count(error) == 2, rank1_log
+    assert failure["message"].startswith(f"rank 1 on {rank1['node']} failed (exit status 1): {error}"), failure
+    assert f"hpctrain: failure: rank 1 on {rank1['node']} failed (exit status 1): {error}" in log, log
+
+
+def test_rank_check_names_a_rank_that_does_not_arrive(cli, cluster):
+    # Rank 3's bootstrap reaches the preflight's rank check only after everyone gave up
+    # (a test-only switch in bootstrap.rank_check): the others must name it and stop the job
+    # within launcher.preflight_timeout, not wait in init_process_group for 30 minutes.
+    job_id, run_dir = submit(cli, cluster, "launcher.preflight_timeout=10",
+                             "env.HPCTRAIN_TEST_RANK_CHECK_LATE=3",
+                             "args=[--iterations,4,--sleep,0.1]")
+    wait_until(lambda: wait_for_job(job_id, timeout=300, states=("RUNNING",)), 300, "running", job_id)
+    started = time.monotonic()
+    info = wait_for_job(job_id, timeout=120)
+    elapsed = time.monotonic() - started
+    log = slurm_log(run_dir)
+    assert info["JobState"] == "FAILED", log
+    assert elapsed < 10 + 40, (elapsed, log)  # the bound, torch's imports and Slurm's teardown
+    assert not (run_dir / "results").exists()  # the program never trained
+    failure = json.loads((run_dir / "status" / "failure.json").read_text())
+    assert failure["reason"] == "ranks", failure
+    missing = (r"RankCheckError: rank 3 \((node\d)\) did not reach the rank check within 10 s "
+               r"\(launcher.preflight_timeout\); 3 of 4 ranks arrived")
+    m = re.match(r"rank [012] on node\d failed \(exit status 1\): " + missing, failure["message"])
+    assert m, failure
+    # The node named is the one rank 3 was on (from its own status file).
+    assert m.group(1) == json.loads((run_dir / "status" / "rank-3.json").read_text())["node"]
+    # Every rank that arrived recorded the same verdict, none a vanished store.
+    errors = {r["rank"]: r["error"] for r in failure["ranks"]}
+    assert sorted(errors) == [0, 1, 2], failure
+    assert all(re.match(missing, e) for e in errors.values()), errors
 
 
 def test_preflight_names_a_node_that_cannot_reach_the_head(cli, cluster, tmp_path, monkeypatch):

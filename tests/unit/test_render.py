@@ -34,6 +34,14 @@ MATRIX = [
                         "python": "/opt/isaaclab/isaaclab.sh -p", "args": ["--task", "Isaac Cartpole; rm -rf /"]}),
     ("iface.yaml", {"resources": {"nodes": 3, "gpus_per_node": 2, "account": "rl", "qos": "high"},
                     "setup": ["ulimit -n 65536"]}),
+    # The survive switches (hpctrain/survive.py): each one changes what the script holds.
+    ("localcluster", {"resources": {"nodes": 2}, "preemption": {"enabled": False}}),
+    ("localcluster", {"resources": {"nodes": 2}, "preemption": {"requeue": False, "signal": "TERM"}}),
+    ("localcluster", {"resources": {"nodes": 2}, "launcher": {"preflight": False, "max_restarts": 2}}),
+    ("localcluster", {"resources": {"nodes": 1}, "launcher": {"preflight": True, "max_restarts": 1}}),
+    ("slurm-generic", {"resources": {"nodes": 2, "gpus_per_node": 4},
+                       "launcher": {"preflight": True, "preflight_timeout": 30},
+                       "preemption": {"signal": "USR1", "lead_time": 300, "grace": 200}}),
 ]
 # Every RL library: Isaac Lab's train.py and an own script, one and several nodes, local and Slurm.
 _ISAAC = {"script": None, "args": [], "task": "Isaac-Cartpole-v0", "isaaclab": "/opt/Isaac Lab"}
@@ -142,3 +150,30 @@ def test_dry_run_is_what_is_submitted(site_dir, home):
     assert prep.submit_command == ["sbatch", "--parsable", str(prep.run_dir / "job.sbatch")]
     assert prep.script == prepare(job, run_id="fixed").script
     assert f"#SBATCH --output={prep.run_dir}/logs/slurm-%j.out" in prep.script
+
+
+def test_torchrun_restarts_get_a_fresh_store_per_attempt(site_dir, home):
+    # torch 2.13 keeps one agent store for the whole job; restarted ranks would read the dead
+    # attempt's keys (hpctrain/survive.py, "torchrun's restarts").
+    with_restarts = render(job_for("localcluster", {"resources": {"nodes": 2},
+                                                    "launcher": {"max_restarts": 1}}))
+    assert "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in with_restarts
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in render(job_for("localcluster", {
+        "resources": {"nodes": 2}}))
+    # The job's own choice wins.
+    own = render(job_for("localcluster", {"resources": {"nodes": 2}, "launcher": {"max_restarts": 1},
+                                          "env": {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}}))
+    assert "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0" in own and "=1" not in own.split(
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")[1][:3]
+
+
+def test_rank_check_follows_preflight(site_dir, home):
+    from hpctrain.plan import make_plan
+    plan = make_plan(job_for("localcluster", {"resources": {"nodes": 2},
+                                              "launcher": {"preflight_timeout": 25}}), "/runs/x")
+    assert plan.bootstrap["rank_check_timeout"] == 25
+    off = make_plan(job_for("localcluster", {"resources": {"nodes": 2},
+                                             "launcher": {"preflight": False}}), "/runs/x")
+    assert off.bootstrap["rank_check_timeout"] is None
+    single = make_plan(job_for("localcluster", {"resources": {"nodes": 1}}), "/runs/x")
+    assert single.bootstrap["rank_check_timeout"] is None  # preflight is off by default on 1 node
