@@ -14,6 +14,16 @@ ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_UP = ROOT / "tests" / "cluster" / "up.sh"
 
 
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """Tests of the bootstrap set rank variables in os.environ; jobs submitted later in the same
+    session would inherit them through sbatch's --export=ALL. Every test starts from the same env."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """A private index/state/cache and runs directory for one test."""

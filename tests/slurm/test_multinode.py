@@ -13,8 +13,12 @@ pytestmark = pytest.mark.slurm
 
 
 def test_two_nodes_two_ranks_allreduce(cli, cluster):
+    # A submitting shell with a stale rank identity (it ran torchrun or a JAX job before): sbatch
+    # exports it to the job, which must not let it through to the ranks.
+    stale = {"RANK": "7", "WORLD_SIZE": "99", "MASTER_ADDR": "127.0.0.1", "JAX_WORLD_SIZE": "8",
+             "HPCTRAIN_SEED": "5"}
     proc = cli("submit", "examples/ddp_check.yaml", "--site", cluster,
-               "--set", f"python={sys.executable}")
+               "--set", f"python={sys.executable}", env=stale)
     job_id, run_dir = submitted(proc.stdout)
     info = wait_for_job(job_id)
     log = "".join(p.read_text() for p in (run_dir / "logs").glob("slurm-*.out"))

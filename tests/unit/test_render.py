@@ -177,3 +177,12 @@ def test_rank_check_follows_preflight(site_dir, home):
     assert off.bootstrap["rank_check_timeout"] is None
     single = make_plan(job_for("localcluster", {"resources": {"nodes": 1}}), "/runs/x")
     assert single.bootstrap["rank_check_timeout"] is None  # preflight is off by default on 1 node
+
+
+def test_stale_rank_identity_from_the_submitting_shell_is_cleared(site_dir, home):
+    text = render(job_for("localcluster", {"resources": {"nodes": 2}}))
+    env_part = text.split("# --- environment")[1]
+    unset = env_part.split("\ncd ")[0]
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "JAX_WORLD_SIZE", "JAX_COORDINATOR_ADDR",
+                 "HPCTRAIN_SEED", "HPCTRAIN_RESUME_FROM"):
+        assert f" {name} " in unset.replace("\\\n", " ") + " ", name
