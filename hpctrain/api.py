@@ -8,8 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import shutil
-from dataclasses import dataclass
+import msgspec
 from pathlib import Path
 
 from . import __version__
@@ -25,8 +24,7 @@ HERE = Path(__file__).parent
 RANK_FILES = ("bootstrap.py", "cpu_mode.py", "preflight.py")  # copied into every run directory
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(msgspec.Struct, frozen=True, kw_only=True):
     """Everything a submission consists of, before anything touches the disk or the scheduler."""
     job: Job
     plan: LaunchPlan
@@ -89,6 +87,7 @@ def _write_job_dir(prep: Prepared, d: Path) -> Path:
         return script
     for name in RANK_FILES:
         if (HERE / name).exists():
+            import shutil  # only when writing a run: it pulls bz2/lzma/zlib in
             shutil.copy2(HERE / name, d / name)
     write_atomic(d / "bootstrap.json", json.dumps(prep.plan.bootstrap, indent=2, sort_keys=True) + "\n")
     return script

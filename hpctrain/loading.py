@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import msgspec
@@ -16,8 +15,7 @@ from .yamlfile import Located, load_file
 DEFAULT_SITE = "local"
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(msgspec.Struct, frozen=True, kw_only=True):
     """A validated job on a site: everything `plan` needs, nothing it must look up."""
     spec: JobSpec
     site: SiteProfile
@@ -25,7 +23,7 @@ class Job:
     workdir: str  # where relative paths resolve at run time: the directory it was loaded in, as sbatch does
     site_ref: str = "local"  # the site as the user named it (a name or a profile path)
     warnings: tuple[str, ...] = ()
-    raw: dict = field(default_factory=dict, compare=False)  # the merged document, pre-validation
+    raw: dict = msgspec.field(default_factory=dict)  # the merged document, pre-validation
 
     def resolved(self) -> dict:
         """The job as validated, defaults included: what the run directory records."""

@@ -24,7 +24,7 @@ the CLI's messages; a failing rank raises JobFailed naming the rank and node.
 """
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 import datetime as _dt
 import hashlib
 import inspect
@@ -81,7 +81,7 @@ def load_job(source: str | os.PathLike | dict | None = None, *, site: str | None
         values = dict(values, script=FUNCTION_SCRIPT)
     job = _load(source, site=site, overrides=overrides, **values)
     if job.spec.script == FUNCTION_SCRIPT:
-        job = dataclasses.replace(job, warnings=tuple(w for w in job.warnings if FUNCTION_SCRIPT not in w))
+        job = msgspec.structs.replace(job, warnings=tuple(w for w in job.warnings if FUNCTION_SCRIPT not in w))
     return job
 
 

@@ -17,10 +17,8 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import secrets
-import shutil
 from contextlib import contextmanager
-from dataclasses import dataclass
+import msgspec
 from pathlib import Path
 
 from .errors import HpctrainError
@@ -42,7 +40,8 @@ def index_path() -> Path:
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
     now = now or _dt.datetime.now()
-    return now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    # os.urandom, not the secrets module: an id needs no hmac/hashlib on render's import path.
+    return now.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex()
 
 
 def run_path(runs_dir: str, name: str, run_id: str) -> Path:
@@ -64,8 +63,7 @@ def git_state(cwd: str) -> dict:
         return {"commit": None, "dirty": None}
 
 
-@dataclass
-class Run:
+class Run(msgspec.Struct):
     path: Path
 
     @property
@@ -103,6 +101,7 @@ def creating(path: Path):
     try:
         yield Run(path)
     except BaseException:
+        import shutil
         shutil.rmtree(path, ignore_errors=True)
         try:
             path.parent.rmdir()  # the job's folder, if this was its only run

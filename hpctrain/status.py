@@ -58,7 +58,9 @@ class RunStatus:
     ended: str | None = None  # why the job ended without success (status/failure.json)
 
     def to_json(self) -> dict:
+        import msgspec
         d = asdict(self)
+        d["state"] = msgspec.to_builtins(self.state)
         d["state"]["done"] = self.state.done
         return d
 

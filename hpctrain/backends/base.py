@@ -1,7 +1,7 @@
 """The protocol every backend implements, and the state it reports."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 from pathlib import Path
 from typing import Protocol
 
@@ -12,17 +12,16 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
          "PREEMPTED", "BOOT_FAIL", "DEADLINE", "LOST"}
 
 
-@dataclass
-class JobState:
+class JobState(msgspec.Struct):
     state: str  # Slurm's words: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, ...
     exit_code: int | None = None
     reason: str | None = None  # why pending, or why it failed
     nodes: str | None = None
     elapsed: str | None = None
     restarts: int = 0
-    extra: dict = field(default_factory=dict)
+    extra: dict = msgspec.field(default_factory=dict)
     job: str | None = None  # the scheduler's name for it: 1234, 1234_5, local-4321
-    tasks: list["JobState"] = field(default_factory=list)  # an array's tasks, by index
+    tasks: list["JobState"] = msgspec.field(default_factory=list)  # an array's tasks, by index
 
     @property
     def done(self) -> bool:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import slurmstate
 from ..errors import HpctrainError
 from ..runs import Run
 from .base import JobState
@@ -23,7 +22,7 @@ def _run(cmd: list[str], timeout: float = 60) -> "subprocess.CompletedProcess":
         raise HpctrainError(f"'{' '.join(cmd)}' did not answer within {timeout:.0f}s: is slurmctld up?") from None
 
 
-def _state(rec: slurmstate.Record) -> JobState:
+def _state(rec) -> JobState:  # rec: slurmstate.Record
     return JobState(state=rec.state, exit_code=rec.exit_code if rec.state != "PENDING" else None,
                     reason=rec.reason, nodes=rec.nodes, elapsed=fmt_elapsed(rec.elapsed()),
                     restarts=rec.restarts, job=rec.name)
@@ -48,6 +47,7 @@ class SlurmBackend:
     def state(self, run: Run) -> JobState:
         rec = run.record
         job_id = str(rec["job_id"])
+        from .. import slurmstate  # not on render's import path: it only needs the script name
         records = slurmstate.query(job_id)
         size = rec.get("array_size")
         if not size:
