@@ -25,8 +25,6 @@ def _load(args):
 def cmd_render(args) -> int:
     from .api import prepare
     prep = prepare(_load(args), run_id="RUN_ID")
-    for w in prep.plan.warnings[len(prep.job.warnings):]:
-        print(f"warning: {w}", file=sys.stderr)
     sys.stdout.write(prep.script)
     return 0
 

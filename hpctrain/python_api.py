@@ -341,10 +341,8 @@ class Handle:
     def _local_alive(self) -> bool:
         if self._job is not None:
             return not self._job.done()
-        from .backends.local import _start_time
-        rec = self.record
-        pid = rec.get("pid")
-        return bool(pid) and _start_time(pid) is not None and _start_time(pid) == rec.get("pid_start")
+        from .backends.local import recorded_process_alive
+        return recorded_process_alive(self.record)
 
     def done(self) -> bool:
         return self.status().done

@@ -23,6 +23,12 @@ def _start_time(pid: int) -> str | None:
         return None
 
 
+def recorded_process_alive(record: dict) -> bool:
+    """Whether run.json's pid is still the process that was started (not a reused pid)."""
+    pid = record.get("pid")
+    return bool(pid) and _start_time(pid) is not None and _start_time(pid) == record.get("pid_start")
+
+
 class LocalBackend:
     name = "local"
     script_name = "job.sh"
@@ -43,9 +49,7 @@ class LocalBackend:
         return f"local-{proc.pid}"
 
     def _alive(self, run: Run) -> bool:
-        rec = run.record
-        pid = rec.get("pid")
-        return bool(pid) and _start_time(pid) == rec.get("pid_start") is not None
+        return recorded_process_alive(run.record)
 
     def state(self, run: Run) -> JobState:
         rec = run.record
