@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from hpctrain.ddp import DDPContext
+from hpctrain.rank.ddp import DDPContext
 
 
 def parse_args():

@@ -1,26 +1,31 @@
 """hpctrain: one job.yaml -> a correct multi-node RL training run on Slurm (or this machine).
 
-The Python API is loaded on first use (module __getattr__), so `import hpctrain` and the CLI
-stay cheap: nothing heavy (submitit, torch) is imported until a function is submitted.
+The Python API — the same jobs, sites, checks and run directories as the command line:
 
     import hpctrain
     job = hpctrain.load_job("job.yaml", site="localcluster", overrides=["resources.nodes=2"])
-    print(hpctrain.render(job))
-    h = hpctrain.submit_function(fn, job)      # or hpctrain.submit(job) for its command
+    print(hpctrain.render(job))                 # the script `hpctrain submit` would submit
+    h = hpctrain.submit(job)                    # as `hpctrain submit job.yaml`
+    h = hpctrain.submit_function(fn, job)       # fn on every rank, through submitit
     h.wait(); h.result(); h.logs(rank=0); h.status(); h.cancel(); h.run_dir
+    h = hpctrain.Handle("20250101-120000-ab12") # any run, later
+
+Mistakes raise HpctrainError with the CLI's messages; a failed run raises JobFailed (a kind of
+HpctrainError) naming the rank and node. Names are loaded on first use, so `import hpctrain`
+and the CLI stay cheap: nothing heavy (submitit, torch) is imported until a function is submitted.
 """
 __version__ = "0.1.0"
 
-_LAZY = {
-    "load_job": "python_api", "override": "python_api", "render": "python_api",
-    "validate": "python_api", "submit": "python_api", "submit_function": "python_api",
-    "handle": "python_api", "Handle": "python_api", "JobFailed": "python_api",
-    "Job": "loading", "HpctrainError": "errors",
+_PUBLIC = {
+    "load_job": "loading", "render": "submission", "submit": "submission",
+    "submit_function": "submission", "Handle": "handle",
+    # The exceptions the five raise:
+    "HpctrainError": "errors", "JobFailed": "handle",
 }
 
 
 def __getattr__(name: str):
-    module = _LAZY.get(name)
+    module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'hpctrain' has no attribute {name!r}")
     from importlib import import_module
@@ -30,7 +35,7 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+    return sorted(list(globals()) + list(_PUBLIC))
 
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", *_PUBLIC]

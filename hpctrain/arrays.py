@@ -6,21 +6,19 @@ directory, seed, config, SLURM_JOB_ID and therefore its own rendezvous port.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from . import __version__
-from .errors import HpctrainError
+from .loading import Job
 from .plan import LaunchPlan
-from .render import render_plan
 
 
-@dataclass(frozen=True)
-class ArrayPlan:
+class ArrayPlan(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     site: str
-    scheduler: str
+    backend: str
     run_dir: str
-    directives: list[str]
+    directives: list[tuple[str, str | None]]
     ntasks: int
     parallel: int
     task_script: str  # the file name of each task's script inside tasks/<i>/
@@ -29,27 +27,21 @@ class ArrayPlan:
     version: str = __version__
 
 
-def _shared(directives: list[str]) -> list[str]:
-    return [d for d in directives if not d.startswith("--output=")]
+def parallelism(job: Job, n: int) -> int:
+    sweep = job.spec.sweep
+    k = (sweep.parallel if sweep and sweep.parallel else None) or job.site.array_parallelism or n
+    return max(1, min(k, n))
 
 
-def make_array_plan(run_dir: str, plans: list[LaunchPlan], parallel: int,
+def make_array_plan(run_dir: str, first: LaunchPlan, ntasks: int, parallel: int,
                     task_script: str) -> ArrayPlan:
-    first = plans[0]
-    for i, p in enumerate(plans[1:], 1):
-        if _shared(p.directives) != _shared(first.directives):
-            raise HpctrainError(
-                f"sweep task {i} needs different #SBATCH directives than task 0 "
-                f"({' '.join(_shared(p.directives))} vs {' '.join(_shared(first.directives))}), "
-                "but a job array has one allocation shape", fix="keep resources out of the sweep")
-    n = len(plans)
-    directives = _shared(first.directives)
-    directives.append(f"--output={run_dir}/logs/slurm-%A_%a.out")  # one log per task
-    directives.append(f"--array=0-{n - 1}%{parallel}")
-    return ArrayPlan(name=first.name, site=first.site, scheduler=first.scheduler, run_dir=run_dir,
-                     directives=directives, ntasks=n, parallel=parallel, task_script=task_script,
-                     nnodes=first.nnodes, nproc_per_node=first.nproc_per_node)
-
-
-def render_array(plan: ArrayPlan) -> str:
-    return render_plan(plan, "array.sh.j2")  # type: ignore[arg-type]
+    """The array's directives are its first task's (a sweep varies nothing that changes them:
+    checks.SWEEP_FIXED), with one log per task and the array's range."""
+    directives = [(k, v) for k, v in first.directives if k != "output"]
+    if any(k == "output" for k, _ in first.directives):
+        directives.append(("output", f"{run_dir}/logs/slurm-%A_%a.out"))
+    directives.append(("array", f"0-{ntasks - 1}%{parallel}"))
+    return ArrayPlan(name=first.name, site=first.site, backend=first.backend, run_dir=run_dir,
+                     directives=directives, ntasks=ntasks, parallel=parallel,
+                     task_script=task_script, nnodes=first.nnodes,
+                     nproc_per_node=first.nproc_per_node)

@@ -1,16 +1,20 @@
-"""Checks that need more than types: site limits, consistency, known traps.
+"""Every check a job or a site profile must pass beyond its types, made once, while loading.
 
-Errors raise HpctrainError with where and how to fix; softer problems come back as warnings.
+Each error names the key, where its value came from (origins.py: file:line, a --set argument,
+an environment variable) and the fix; softer problems come back as warnings. After these pass,
+any job can be planned and rendered: plan.py raises no user error.
 """
 from __future__ import annotations
 
+import itertools
 import os
-from typing import Callable
+import re
+import shlex
 
-from .errors import HpctrainError
-from .spec import TORCH_LIBRARIES, JobSpec, SiteProfile, slurm_seconds
-
-Where = Callable[[tuple], str]
+from .errors import HpctrainError, did_you_mean
+from .origins import Origins
+from .spec import JobSpec, SiteProfile, slurm_seconds
+from .yamlfile import Located
 
 
 def procs_per_node(spec: JobSpec) -> int:
@@ -18,8 +22,73 @@ def procs_per_node(spec: JobSpec) -> int:
     return r.procs_per_node or r.gpus_per_node or 1
 
 
-def check(spec: JobSpec, site: SiteProfile, where: Where) -> list[str]:
+# A directive value is read by the scheduler, not the shell, and split at whitespace.
+_DIRECTIVE_VALUE = re.compile(r"[!-~]+")  # printable ASCII, no space
+_DIRECTIVE = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[!-~]+)?")
+
+
+def check_site(site: SiteProfile, doc: Located) -> None:
+    """A site profile on its own: names that must exist, settings that go together."""
+    from .backends import SCHEDULERS
+    if site.scheduler not in SCHEDULERS:
+        raise HpctrainError(f"unknown scheduler '{site.scheduler}'", doc.where(("scheduler",)),
+                            did_you_mean(site.scheduler, SCHEDULERS))
+    head = site.head
+    if head.mode == "interface" and not head.interface:
+        raise HpctrainError("head.mode is 'interface' but head.interface is not set",
+                            doc.where(("head", "mode")), "add e.g. interface: ib0 under head")
+    if head.mode == "suffix" and not head.suffix:
+        raise HpctrainError("head.mode is 'suffix' but head.suffix is not set",
+                            doc.where(("head", "mode")), "add e.g. suffix: -ib under head")
+    for i, extra in enumerate(site.sbatch_extra):
+        if not _DIRECTIVE.fullmatch(extra):
+            raise HpctrainError(f"sbatch_extra entry {extra!r} is not one scheduler option",
+                                doc.where(("sbatch_extra", i)),
+                                "write it as sbatch takes it, without spaces or quotes: "
+                                "--reservation=rl, --exclusive")
+    port = site.port
+    top = port.fixed if port.fixed else port.base + 2 * (max(1, port.span // 2) - 1) + 1
+    if top > 65535:
+        raise HpctrainError(f"the port rule reaches port {top}: ports stop at 65535",
+                            doc.where(("port",)), f"lower port.base or port.span (base + span "
+                            "must stay within 65535)")
+    if site.gpu_type is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", site.gpu_type):
+        raise HpctrainError(f"gpu_type {site.gpu_type!r} is not a GPU type name",
+                            doc.where(("gpu_type",)), "letters, digits, '_', '.', '-': e.g. a100")
+
+
+def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
+    """Every check of a job on its site; returns the warnings (each once)."""
+    from .backends import backend_class
+    from .libraries import LIBRARIES, adapter
+    if spec.library not in LIBRARIES:
+        raise HpctrainError(f"unknown library '{spec.library}'", where(("library",)),
+                            did_you_mean(spec.library, LIBRARIES))
+    scheduler = backend_class(site.scheduler)
     warnings: list[str] = []
+    _resources(spec, site, scheduler, where, warnings)
+    for name in spec.secrets:
+        if name in spec.env or name in site.env:
+            raise HpctrainError(f"'{name}' is both a secret and a value in env: a secret's value "
+                                "must never be written into the script", where(("secrets",)),
+                                f"remove {name} from env; it is passed from your environment")
+    if spec.python is not None:
+        try:
+            words = shlex.split(spec.python)
+        except ValueError as exc:
+            raise HpctrainError(f"'python' is not a valid command: {exc}", where(("python",)),
+                                'e.g. python: "isaaclab.sh -p"') from None
+        if not words:
+            raise HpctrainError("'python' is empty", where(("python",)), "e.g. python: python3")
+    if scheduler.preemption:
+        _preemption(spec, where)
+    if scheduler.writes_directives:
+        _directive_values(spec, site, where)
+    warnings += adapter(spec.library).check(spec, site, where)
+    return list(dict.fromkeys(warnings))
+
+
+def _resources(spec, site, scheduler, where, warnings) -> None:
     r, lim = spec.resources, site.limits
     ppn = procs_per_node(spec)
 
@@ -28,10 +97,11 @@ def check(spec: JobSpec, site: SiteProfile, where: Where) -> list[str]:
             raise HpctrainError(f"'resources.{key}' is {value}, but site '{site.name}' allows at "
                                 f"most {limit} {unit}", where(("resources", key)), fix)
 
-    if site.scheduler == "local" and r.nodes > 1:
+    if scheduler.max_nodes is not None and r.nodes > scheduler.max_nodes:
         raise HpctrainError(
-            f"site '{site.name}' runs on this machine only, so 'resources.nodes' must be 1 (got {r.nodes})",
-            where(("resources", "nodes")), "use a Slurm site (--site NAME) for several nodes, or set nodes: 1")
+            f"site '{site.name}' runs on this machine only, so 'resources.nodes' must be "
+            f"{scheduler.max_nodes} (got {r.nodes})", where(("resources", "nodes")),
+            "use a cluster site (--site NAME) for several nodes, or set nodes: 1")
     over("nodes", r.nodes, lim.max_nodes, "nodes", f"ask for {lim.max_nodes} nodes or fewer")
     over("gpus_per_node", r.gpus_per_node, lim.max_gpus_per_node, "GPUs per node",
          "the nodes do not have that many GPUs")
@@ -49,35 +119,119 @@ def check(spec: JobSpec, site: SiteProfile, where: Where) -> list[str]:
     if slurm_seconds(r.time) < 1:
         raise HpctrainError("'resources.time' must be at least one minute",
                             where(("resources", "time")), 'e.g. time: "00:30:00"')
-    if r.gpus_per_node and ppn > r.gpus_per_node and spec.library in TORCH_LIBRARIES:
-        raise HpctrainError(
-            f"{ppn} ranks per node share {r.gpus_per_node} GPUs: {spec.library} puts rank i on "
-            f"cuda:LOCAL_RANK, so ranks past the last GPU fail with 'invalid device ordinal'",
-            where(("resources", "procs_per_node")),
-            f"set procs_per_node to {r.gpus_per_node} (or leave it out)")
     if r.gpus_per_node and ppn < r.gpus_per_node:
         warnings.append(f"{r.gpus_per_node - ppn} of {r.gpus_per_node} GPUs per node stay idle "
                         f"(procs_per_node={ppn})")
-    if spec.library == "command" and not spec.script:
-        raise HpctrainError("library 'command' needs 'script': the program every rank runs",
-                            where(("library",)),
-                            "add e.g. script: train.py")
-    if spec.library == "di_engine" and not (spec.config or spec.script):
-        raise HpctrainError("library 'di_engine' needs 'config': the DI-engine config file",
-                            where(("library",)), "add e.g. config: dizoo/classic_control/cartpole/config/cartpole_ppo_config.py")
-    for name in spec.secrets:
-        if name in spec.env or name in site.env:
-            raise HpctrainError(f"'{name}' is both a secret and a value in env: a secret's value "
-                                "must never be written into the script", where(("secrets",)),
-                                f"remove {name} from env; it is passed from your environment")
-    if spec.script and not os.path.isabs(spec.script) and not os.path.exists(spec.script) \
-            and spec.library == "command":
-        warnings.append(f"script '{spec.script}' is not found from {os.getcwd()}: it must exist "
-                        "there on the cluster, relative to the directory you submit from")
-    from .libraries import adapter  # light: the adapters import no library
-    warnings += adapter(spec.library).check(spec, site, where)
+
+
+def _preemption(spec: JobSpec, where: Origins) -> None:
+    """Only where the scheduler signals ahead of the limit, and only when preemption is on."""
     p = spec.preemption
-    if p.grace >= p.lead_time + 60 and site.scheduler == "slurm":
-        warnings.append(f"preemption.grace ({p.grace}s) is not shorter than lead_time "
-                        f"({p.lead_time}s): the job may be killed before it has saved")
-    return warnings
+    if not p.enabled:
+        return
+    limit = slurm_seconds(spec.resources.time)
+    if p.grace >= p.lead_time:
+        raise HpctrainError(
+            f"preemption.grace ({p.grace} s) is not shorter than preemption.lead_time "
+            f"({p.lead_time} s): Slurm would kill the job before the ranks finished saving",
+            where(("preemption", "grace")), f"e.g. preemption.lead_time: {p.grace + 60}")
+    if p.lead_time >= limit:
+        raise HpctrainError(
+            f"preemption.lead_time ({p.lead_time} s) is not shorter than the time limit "
+            f"resources.time={spec.resources.time} ({limit} s)",
+            where(("preemption", "lead_time")),
+            "lengthen resources.time or shorten preemption.lead_time")
+
+
+def _directive_values(spec: JobSpec, site: SiteProfile, where: Origins) -> None:
+    """Values that become scheduler directives: sbatch splits them at whitespace and reads
+    quotes itself, so they hold neither."""
+    r = spec.resources
+    for key in ("partition", "account", "qos", "constraint"):
+        value = getattr(r, key)
+        if value is not None and not _DIRECTIVE_VALUE.fullmatch(value):
+            raise HpctrainError(f"'resources.{key}' {value!r} holds spaces, quotes or control "
+                                "characters, which a scheduler directive cannot carry",
+                                where(("resources", key)), "use the name as the scheduler lists it")
+    runs = os.path.abspath(spec.runs_dir or os.environ.get("HPCTRAIN_RUNS_DIR") or "runs")
+    if not _DIRECTIVE_VALUE.fullmatch(runs.replace("/", "_")) or any(c in runs for c in "\"'\\%"):
+        raise HpctrainError(f"the runs directory {runs!r} holds spaces, quotes, '%' or control "
+                            "characters: Slurm's --output directive cannot name a log file there",
+                            where(("runs_dir",)), "choose a runs_dir without them")
+
+
+def check_secrets(job) -> None:
+    """Secrets are passed by name from where the job is submitted: each must be set here, or the
+    job would fail on the nodes after waiting in the queue."""
+    missing = [n for n in job.spec.secrets if not os.environ.get(n)]
+    if missing:
+        where = job.origins(("secrets",)) if job.origins is not None else job.source
+        raise HpctrainError(f"secret(s) {', '.join(missing)} not set in this environment: the job "
+                            "takes them from where it is submitted", where,
+                            f"export {missing[0]}=... before submitting (in Python: "
+                            "os.environ[...]); its value is never written to disk")
+
+
+# ----------------------------------------------------------------------------- sweeps
+
+# Keys whose change would change the allocation or the run's identity.
+SWEEP_FIXED = ("resources", "site", "name", "sweep", "runs_dir", "preemption", "python")
+
+
+def check_sweep(spec: JobSpec, site: SiteProfile, where: Origins) -> int:
+    """A sweep's shape, before it is expanded; returns its number of tasks."""
+    sweep = spec.sweep
+    n = 1
+    for key, values in sweep.grid.items():
+        n *= len(values)
+        if not values:
+            raise HpctrainError(f"sweep.grid.{key} has no values", where(("sweep", "grid", key)),
+                                "give it a list of values, or remove it")
+        top = key.split(".")[0]
+        if top in SWEEP_FIXED:
+            raise HpctrainError(f"the sweep varies '{key}', which must be the same for every "
+                                "task of a job array", where(("sweep", "grid", key)),
+                                _fixed_fix(key))
+    if sweep.variants:
+        n *= len(sweep.variants)
+        for i, variant in enumerate(sweep.variants):
+            for key in variant:
+                if key.split(".")[0] in SWEEP_FIXED:
+                    raise HpctrainError(f"the sweep varies '{key}', which must be the same for "
+                                        "every task of a job array",
+                                        where(("sweep", "variants", i)), _fixed_fix(key))
+    if sweep.seeds:
+        n *= len(sweep.seeds)
+        dupes = [s for s in dict.fromkeys(sweep.seeds) if sweep.seeds.count(s) > 1]
+        if dupes:
+            raise HpctrainError(f"sweep.seeds repeats {', '.join(map(str, dupes))}: those tasks "
+                                "would be identical", where(("sweep", "seeds")),
+                                "list each seed once")
+    if not (sweep.grid or sweep.variants or sweep.seeds):
+        raise HpctrainError("the sweep is empty", where(("sweep",)),
+                            "give it grid, variants or seeds, or remove it")
+    limit = site.limits.max_array_size or 1001  # Slurm's own MaxArraySize default
+    if n > limit:
+        raise HpctrainError(f"the sweep has {n} tasks, but site '{site.name}' allows arrays of "
+                            f"at most {limit}", where(("sweep",)),
+                            "split it into several job files or shrink the grid")
+    return n
+
+
+def _fixed_fix(key: str) -> str:
+    if key.split(".")[0] == "resources":
+        return ("an array shares one allocation: submit a separate job per resource size "
+                "(e.g. --set resources.nodes=N)")
+    return f"remove '{key}' from the sweep"
+
+
+def sweep_points(sweep) -> list[dict]:
+    """The sweep's points as {key.path: value} dicts, in task order: grid-major (the last grid
+    key varies fastest), then variants, then seeds."""
+    keys = list(sweep.grid)
+    points = [dict(zip(keys, combo)) for combo in itertools.product(*(sweep.grid[k] for k in keys))]
+    if sweep.variants:
+        points = [{**p, **v} for p in points for v in sweep.variants]
+    if sweep.seeds:
+        points = [{**p, "seed": s} for p in points for s in sweep.seeds]
+    return points

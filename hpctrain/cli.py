@@ -1,4 +1,7 @@
-"""The command line. Thin: parse, call the API, print. Exit 0 ok, 2 user error, 1 internal."""
+"""The command line. Thin: parse, call the same functions as the Python API, print.
+
+Exit 0 ok, 2 a user error (printed as `error: …` with the fix), 130 interrupted.
+"""
 from __future__ import annotations
 
 import argparse
@@ -14,24 +17,28 @@ def _job_args(p: argparse.ArgumentParser) -> None:
                    help="override a job value, e.g. --set resources.nodes=4 (repeatable)")
 
 
-def _load(args):
+def _load(args, show_warnings: bool = True):
     from .loading import load_job
     job = load_job(args.job, site=args.site, overrides=args.overrides)
-    for w in job.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+    if show_warnings:
+        for w in job.warnings:
+            print(f"warning: {w}", file=sys.stderr)
     return job
 
 
 def cmd_render(args) -> int:
-    from .api import prepare
+    from .submission import prepare
     prep = prepare(_load(args), run_id="RUN_ID")
     sys.stdout.write(prep.script)
     return 0
 
 
 def cmd_validate(args) -> int:
-    from .api import prepare
-    prep = prepare(_load(args), run_id="RUN_ID")
+    from .checks import check_secrets
+    from .submission import prepare
+    job = _load(args, show_warnings=False)  # shown in the summary below, once each
+    check_secrets(job)
+    prep = prepare(job, run_id="RUN_ID")
     p, spec = prep.plan, prep.job.spec
     head = {"nodename": "first node of the allocation",
             "suffix": f"first node + '{p.head_suffix}'",
@@ -42,14 +49,16 @@ def cmd_validate(args) -> int:
               f"srun 1 task/node -> torchrun c10d, rendezvous {head}:{port}")
     rows = [
         ("job", f"{spec.name}  ({prep.job.source})"),
-        ("site", f"{p.site}  (scheduler {p.scheduler})"),
+        ("site", f"{p.site}  (scheduler {p.backend})"),
         ("library", spec.library),
         ("ranks", f"{p.nnodes} node(s) x {p.nproc_per_node} = {p.nnodes * p.nproc_per_node}"),
-        ("resources", " ".join(d for d in p.directives if not d.startswith(("--output", "--open-mode", "--job-name")))),
+        ("resources", " ".join(f"--{k}" + ("" if v is None else f"={v}") for k, v in p.directives
+                               if k not in ("output", "open-mode", "job-name"))),
         ("launcher", launch),
         ("rdzv-conf", p.rdzv_conf if p.nnodes > 1 else "-"),
         ("program", " ".join(p.python + ["<bootstrap> --"] + p.program)),
         ("cpu mode", p.bootstrap["cpu_mode"]),
+        ("tasks", f"{len(prep.tasks)}, {prep.parallel} at a time" if prep.tasks else "-"),
     ]
     for w in p.warnings:
         rows.append(("warning", w))
@@ -62,26 +71,29 @@ def cmd_validate(args) -> int:
 
 def cmd_submit(args) -> int:
     import shlex
-    from .api import prepare, submit_prepared
-    prep = prepare(_load(args))
+    from .checks import check_secrets
+    from .submission import prepare, submit_prepared
+    job = _load(args)
+    check_secrets(job)
+    prep = prepare(job)
     if args.dry_run:
         print(f"# would run: {shlex.join(prep.submit_command)}")
         print(f"# run directory: {prep.run_dir}")
         if prep.tasks:
             print(f"# sweep: {len(prep.tasks)} tasks, {prep.parallel} at a time, each in tasks/<i>/")
-            for i, values in enumerate(prep.task_values):
-                print(f"#   {i:>3}  " + "  ".join(f"{k}={v}" for k, v in values.items()))
+            for task in prep.job.tasks:
+                print(f"#   {task.index:>3}  " + "  ".join(f"{k}={v}" for k, v in task.values.items()))
         sys.stdout.write(prep.script)
         return 0
     run = submit_prepared(prep)
     rec = run.record
-    print(f"submitted {rec['name']}  run {run.id}  job {rec['job_id']}  on {rec['site']}"
-          + (f"  ({rec['array_size']} tasks)" if rec.get("array_size") else ""))
+    print(f"submitted {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"
+          + (f"  ({rec.array_size} tasks)" if rec.array_size else ""))
     print(f"run directory: {run.path}", flush=True)
     if not args.wait:
         return 0
-    from .operate import exit_status, wait
-    from .status import counts_line, describe
+    from .display import counts_line, describe
+    from .status import exit_status, wait
     live = sys.stdout.isatty()
     last = [None]
 
@@ -102,14 +114,14 @@ def cmd_submit(args) -> int:
     if live:
         sys.stdout.write("\n")
     for f in st.failures:
-        print(f"failed: rank {f['rank']} on {f['node']} exit {f['exit']}: {f['error']}")
+        print(f"failed: rank {f['rank']} on {f['node']} exit {f['exit_status']}: {f['error']}")
     return exit_status(st)
 
 
 def cmd_status(args) -> int:
     import json
+    from .display import format_status
     from .operate import status
-    from .status import format_status, format_table, recent
     if args.run:
         st = status(args.run)
         print(json.dumps(st.to_json(), indent=2) if args.json else format_status(st))
@@ -119,7 +131,8 @@ def cmd_status(args) -> int:
 
 def cmd_list(args) -> int:
     import json
-    from .status import format_table, recent
+    from .display import format_table
+    from .status import recent
     rows = recent(limit=args.limit)
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=2))
@@ -137,8 +150,8 @@ def cmd_logs(args) -> int:
 
 
 def cmd_cancel(args) -> int:
+    from .display import describe
     from .operate import cancel
-    from .status import describe
     st = cancel(args.run)
     print(f"{st.run_id}  job {st.job}: {describe(st.state)}")
     return 0

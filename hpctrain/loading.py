@@ -1,4 +1,8 @@
-"""Load a job: job file (or dict) + site profile + overrides -> a validated Job."""
+"""Load a job: job file (or dict) + site profile + overrides -> a validated Job.
+
+Every user error is raised here, with where its value came from (origins.py); a Job that loads
+can be planned and rendered. A sweep is expanded and every task validated here too.
+"""
 from __future__ import annotations
 
 import os
@@ -7,12 +11,20 @@ from typing import Any, Iterable
 import msgspec
 
 from . import sites
-from .checks import check
+from .checks import check, check_sweep, sweep_points
 from .errors import HpctrainError
+from .origins import Origins
 from .spec import JobSpec, SiteProfile, deep_merge, explain, parse_override, set_path
 from .yamlfile import Located, load_file
 
 DEFAULT_SITE = "local"
+
+
+class Task(msgspec.Struct, frozen=True):
+    """One task of a sweep: what it changes, and the whole job it is."""
+    index: int
+    values: dict
+    job: "Job"
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True):
@@ -24,25 +36,39 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     site_ref: str = "local"  # the site as the user named it (a name or a profile path)
     warnings: tuple[str, ...] = ()
     raw: dict = msgspec.field(default_factory=dict)  # the merged document, pre-validation
+    tasks: tuple[Task, ...] = ()  # a sweep's tasks, each a whole job; () without a sweep
+    origins: Any = None  # origins.Origins: where each key came from, for later errors
 
     def resolved(self) -> dict:
         """The job as validated, defaults included: what the run directory records."""
         return msgspec.to_builtins(self.spec)
 
 
-def _site_name(cli_site: str | None, doc: dict) -> str:
-    return cli_site or doc.get("site") or os.environ.get("HPCTRAIN_SITE") or DEFAULT_SITE
+def _site_choice(cli_site: str | None, doc: dict) -> tuple[str, str | None]:
+    """The site's name or path, and how it was chosen when that is not obvious (for errors)."""
+    if cli_site:
+        return cli_site, None
+    if doc.get("site"):
+        return str(doc["site"]), None
+    if os.environ.get("HPCTRAIN_SITE"):
+        return os.environ["HPCTRAIN_SITE"], "from $HPCTRAIN_SITE"
+    return DEFAULT_SITE, None
 
 
-def load_job(source: str | os.PathLike | dict | None = None, *, site: str | None = None,
+def load_job(source: str | os.PathLike | dict | Job | None = None, *, site: str | None = None,
              overrides: Iterable[str] = (), **values: Any) -> Job:
     """Load and validate a job.
 
-    source: a job.yaml path, or a dict with the same keys (or None and keyword arguments).
+    source: a job.yaml path, a dict with the same keys, a loaded Job (to override it), or None
+    and keyword arguments.
     site: a site name or profile path; wins over the job's own `site`.
     overrides: `key.path=value` strings, as `--set` takes them; applied last.
     values: job keys given directly (Python use), applied after the source, before overrides.
     """
+    if isinstance(source, Job):
+        data = dict(source.raw)
+        data.pop("site", None)
+        return load_job(data, site=site or source.site_ref, overrides=overrides, **values)
     if source is None or isinstance(source, dict):
         doc = Located(dict(source or {}), "<python>", {})
     else:
@@ -50,42 +76,67 @@ def load_job(source: str | os.PathLike | dict | None = None, *, site: str | None
     data: dict = dict(doc)
     for key, value in values.items():
         data = set_path(data, (key,), value)
-    set_paths: dict[tuple, str] = {}
+    set_args: dict[tuple, str] = {}
     for text in overrides:
         path, value = parse_override(text)
-        data = set_path(data, path, value)
-        set_paths[path] = text
+        try:
+            data = set_path(data, path, value)
+        except ValueError as exc:
+            raise HpctrainError(f"cannot set {'.'.join(path)}: {exc}", f"--set {text}",
+                                "give a whole list (--set 'args=[a, b]') or an existing index"
+                                ) from None
+        set_args[path] = text
 
-    site_name = _site_name(site, data)
-    profile, site_doc = sites.load(site_name)
+    site_name, site_from = _site_choice(site, data)
+    try:
+        profile, site_doc = sites.load(site_name)
+    except HpctrainError as exc:
+        if site_from:
+            exc = HpctrainError(f"{exc.what} ({site_from})", exc.where, exc.fix)
+        raise exc from None
     data["site"] = profile.name
     merged = deep_merge(profile.defaults, data)
-
-    def where(path: tuple) -> str:
-        for n in range(len(path), 0, -1):
-            if path[:n] in set_paths:
-                return f"--set {set_paths[path[:n]]}"
-        if path and path[0] in doc or not path:
-            return doc.where(path)
-        if path:
-            return site_doc.where(("defaults",) + tuple(path)) + f" (site '{profile.name}' defaults)"
-        return doc.source
+    env_keys = {("runs_dir",): "HPCTRAIN_RUNS_DIR"} if "runs_dir" not in merged \
+        and os.environ.get("HPCTRAIN_RUNS_DIR") else {}
+    where = Origins(doc, site_doc, profile.name, set_args, env_keys, site_from)
 
     try:
         spec = msgspec.convert(merged, JobSpec)
     except msgspec.ValidationError as exc:
         raise explain(exc, JobSpec, where) from None
     warnings = check(spec, profile, where)
-    workdir = os.getcwd()
-    return Job(spec=spec, site=profile, source=doc.source, workdir=workdir,
-               warnings=tuple(warnings), raw=merged, site_ref=site_name)
+    job = Job(spec=spec, site=profile, source=doc.source, workdir=os.getcwd(),
+              warnings=tuple(warnings), raw=merged, site_ref=site_name, origins=where)
+    if spec.sweep is not None:
+        job = _with_tasks(job, where)
+    return job
 
 
-def with_overrides(job: Job, overrides: Iterable[str]) -> Job:
-    """A new Job: this one's merged document with more `key.path=value` overrides."""
-    data = dict(job.raw)
-    data.pop("site", None)
-    return load_job(data, site=job.site_ref, overrides=overrides)
+def _with_tasks(job: Job, where: Origins) -> Job:
+    check_sweep(job.spec, job.site, where)
+    base = dict(job.raw)
+    base.pop("sweep", None)
+    base.pop("site", None)
+    tasks = []
+    warnings = list(job.warnings)
+    for i, point in enumerate(sweep_points(job.spec.sweep)):
+        data = base
+        try:
+            for key, value in point.items():
+                data = set_path(data, tuple(key.split(".")), value)
+            task = load_job(data, site=job.site_ref)
+        except ValueError as exc:
+            raise HpctrainError(f"sweep task {i}: {exc}", where(("sweep",)),
+                                "sweep keys name job keys, e.g. env.LR or args") from None
+        except HpctrainError as exc:
+            shown = ", ".join(f"{k}={v!r}" for k, v in point.items())
+            raise HpctrainError(f"sweep task {i} ({shown}): {exc.what}", where(("sweep",)),
+                                exc.fix) from None
+        warnings += task.warnings
+        # The tasks run where the job file was loaded, whatever the current directory is now.
+        tasks.append(Task(i, point, msgspec.structs.replace(
+            task, source=job.source, workdir=job.workdir, warnings=())))
+    return msgspec.structs.replace(job, tasks=tuple(tasks), warnings=tuple(dict.fromkeys(warnings)))
 
 
-__all__ = ["Job", "load_job", "with_overrides", "HpctrainError"]
+__all__ = ["Job", "Task", "load_job", "HpctrainError"]

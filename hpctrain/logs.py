@@ -1,31 +1,31 @@
 """A run's output: the whole job's log, one rank's, or one node's ranks'; printed or followed.
 
-    logs/slurm-<jobid>.out      the batch script and every rank, "[rank R] "-prefixed (Slurm)
-    logs/slurm-<job>_<task>.out one per array task
-    logs/job.out                the same for the local backend; tasks/<i>/logs/job.out per task
+    the job's own output        where its backend puts it (Slurm: logs/slurm-<jobid>.out, one per
+                                array task; this machine: logs/job.out, tasks/<i>/logs/job.out):
+                                the batch script and every rank, "[rank R] "-prefixed
     logs/rank-R.log             rank R alone (the bootstrap's tee); status/rank-R.json says its node
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .backends import backend
 from .errors import HpctrainError
-from .runs import Run, rank_identity_files
+from .rank.records import read_identities
+from .runs import Run
 
 
 def _task_dir(run: Run, task: int | None) -> Path:
     if task is None:
         return run.path
-    d = run.path / "tasks" / str(task)
-    if not d.is_dir():
-        size = run.record.get("array_size")
+    size = run.record.array_size
+    if not size or not 0 <= task < size:
         raise HpctrainError(f"run {run.id} has no task {task}",
                             fix=f"tasks are 0..{size - 1}" if size else "this run is not a sweep")
-    return d
+    return run.path / "tasks" / str(task)
 
 
 def sources(run: Run, *, rank: int | None = None, node: str | None = None,
@@ -36,45 +36,37 @@ def sources(run: Run, *, rank: int | None = None, node: str | None = None,
     if rank is not None:
         return [(f"rank {rank}", d / "logs" / f"rank-{rank}.log")]
     if node is not None:
-        out = []
-        for path in rank_identity_files(d):
-            try:
-                ident = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if ident.get("node") == node:
-                out.append((f"rank {ident['rank']}", d / "logs" / f"rank-{ident['rank']}.log"))
-        return sorted(out, key=lambda s: int(s[0].split()[1]))
-    if run.record.get("array_size") and task is None:
-        files = sorted(d.glob("logs/slurm-*.out")) or sorted(d.glob("tasks/*/logs/job.out"))
-        return [(f.name, f) for f in sorted(files, key=_task_key)]
-    # An array task's batch output lies in the array's logs/ (Slurm names it), not in tasks/<i>/.
-    pattern = f"logs/slurm-*_{task}.out" if task is not None else "logs/slurm-*.out"
-    files = sorted(run.path.glob(pattern), key=lambda f: f.stat().st_mtime)
-    if (d / "logs" / "job.out").exists():
-        files.append(d / "logs" / "job.out")
-    return [(f.name, f) for f in files]
+        return [(f"rank {ident.rank}", d / "logs" / f"rank-{ident.rank}.log")
+                for ident in read_identities(str(d)) if ident.node == node]
+    return [(f.name if f.parent.parent == run.path else f"task {f.parent.parent.name}: {f.name}", f)
+            for f in backend(run.record.backend).output_files(run, task)]
 
 
-def _task_key(path: Path) -> tuple:
-    digits = path.stem.rsplit("_", 1)[-1] if path.name.startswith("slurm-") else path.parent.parent.name
-    return (int(digits) if digits.isdigit() else 0, str(path))
-
-
-def node_names(run: Run, task: int | None = None) -> list[str]:
+def check_choice(run: Run, *, rank: int | None = None, node: str | None = None,
+                 task: int | None = None) -> None:
+    """A rank or node this run does not have is an error that lists the ones it has (once the
+    ranks have started; before that, the rank's log is waited for)."""
     d = _task_dir(run, task)
-    names = set()
-    for path in rank_identity_files(d):
-        try:
-            names.add(json.loads(path.read_text())["node"])
-        except (OSError, ValueError, KeyError):
-            continue
-    return sorted(names)
+    idents = read_identities(str(d))
+    if rank is not None:
+        ranks = sorted(i.rank for i in idents)
+        rec = run.record
+        world = rec.nodes * rec.procs_per_node
+        if rank < 0 or (world and rank >= world) or (ranks and rank not in ranks and not
+                                                       (d / "logs" / f"rank-{rank}.log").exists()):
+            raise HpctrainError(f"run {run.id} has no rank {rank}",
+                                fix=f"its ranks are 0..{world - 1}" if world else
+                                "give one of " + ", ".join(map(str, ranks)))
+    if node is not None and not any(i.node == node for i in idents):
+        known = sorted({i.node for i in idents})
+        raise HpctrainError(f"no rank of run {run.id} ran on node '{node}'",
+                            fix=("nodes of this run: " + ", ".join(known)) if known
+                            else "no rank has started yet; try again when the job runs")
 
 
 def read(run: Run, write: Callable[[str], None] = sys.stdout.write, **which) -> None:
+    check_choice(run, **which)
     srcs = sources(run, **which)
-    _check_found(run, srcs, which)
     many = len(srcs) > 1
     for label, path in srcs:
         if many:
@@ -85,22 +77,20 @@ def read(run: Run, write: Callable[[str], None] = sys.stdout.write, **which) -> 
             pass
 
 
-def _check_found(run: Run, srcs, which) -> None:
-    if which.get("node") is not None and not srcs:
-        known = node_names(run, which.get("task"))
-        raise HpctrainError(f"no rank of run {run.id} ran on node '{which['node']}'",
-                            fix=("nodes of this run: " + ", ".join(known)) if known
-                            else "no rank has started yet; try again when the job runs")
-
-
 def follow(run: Run, done: Callable[[], bool], write: Callable[[str], None] = sys.stdout.write,
            poll: float = 0.5, **which) -> None:
-    """Print the output as it grows until done() is true, then print what is left and return."""
+    """Print the output as it grows until done() is true, then print what is left and return.
+    Files are read every `poll` seconds; done() (which may ask the scheduler) every 10 s."""
+    if which.get("node") is None:
+        check_choice(run, **which)
     offsets: dict[Path, int] = {}
     current: Path | None = None
     finished = False
+    asked = 0.0
     while True:
-        finished = finished or done()
+        if time.monotonic() - asked >= 10 or not asked:
+            finished = finished or done()
+            asked = time.monotonic()
         srcs = sources(run, **which)  # rescan: ranks and tasks appear while the job runs
         many = len(srcs) > 1 or which.get("node") is not None
         for label, path in srcs:

@@ -1,14 +1,15 @@
-"""Operating a submitted run: the calls behind `status`, `logs`, `cancel`, `list`, `submit --wait`.
+"""Operating a submitted run: the calls behind `status`, `logs`, `cancel`, `submit --wait`, and
+behind the Python Handle's methods of the same names — one path for both.
 
-A run is named by its run id (or its end), its directory, or its Slurm job id (1234 or 1234_5),
-from any directory. The same functions serve the CLI and the Python API.
+A run is named by its run id (or its end), its directory, or its job id (1234 or 1234_5), from
+any directory.
 """
 from __future__ import annotations
 
-from .backends import backend_of
+from .backends import backend
 from .logs import follow, read
 from .runs import Run, find
-from .status import RunStatus, gather, recent, wait
+from .status import RunStatus, gather, wait
 
 
 def resolve(ref: str | Run) -> Run:
@@ -26,13 +27,15 @@ def status(ref: str | Run) -> RunStatus:
 
 
 def cancel(ref: str | Run) -> RunStatus:
-    """Cancel the run (every task of an array) and record it in run.json."""
+    """Cancel the run (every task of an array) and record when."""
     run = resolve(ref)
     st = gather(run)
     if st.state.done:
         return st
-    backend_of(run.record).cancel(run)
-    run.update(cancelled=run.record.get("cancelled") or True)
+    backend(run.record.backend).cancel(run)
+    if not run.record.cancelled:
+        import time
+        run.update(cancelled=time.time())
     return gather(run)
 
 
@@ -50,12 +53,4 @@ def logs(ref: str | Run, *, follow_output: bool = False, rank: int | None = None
     follow(run, done=lambda: gather(run).state.done, write=write, poll=poll, **which)
 
 
-def exit_status(st: RunStatus) -> int:
-    """What `submit --wait` exits with: the job's own exit status; 1 when it failed without one."""
-    s = st.state
-    if s.state == "COMPLETED":
-        return 0
-    return s.exit_code if s.exit_code else 1
-
-
-__all__ = ["status", "cancel", "logs", "wait", "recent", "exit_status", "resolve"]
+__all__ = ["status", "cancel", "logs", "wait", "resolve"]

@@ -1,32 +1,36 @@
-"""JobSpec + site -> LaunchPlan: every decision about the launch, made once, as plain values.
+"""Job -> LaunchPlan: every decision about the launch, made once, as plain values.
 
 The plan holds no shell syntax and the templates hold no decisions: a reader checks *what* is
-launched here and *how it is written* in templates/.
+launched here and *how it is written* in templates/. Any Job that loaded can be planned: every
+user error was raised while loading (checks.py).
 """
 from __future__ import annotations
 
 import shlex
 import sys
+
 import msgspec
 
 from . import __version__, survive
 from .checks import procs_per_node
-from .errors import HpctrainError
 from .libraries import adapter
 from .loading import Job
+from .rank.records import RankConfig
 from .spec import env_text
-
 
 # A msgspec Struct rather than a dataclass: `dataclasses` (with `inspect`) is ~5 ms of imports
 # on render's path, a tenth of what hpctrain adds to the interpreter's start.
 class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     site: str
-    scheduler: str  # slurm | local
+    backend: str  # the site's scheduler: its backend writes the header, its templates the rest
     run_dir: str  # absolute; the run id is chosen outside, so rendering stays deterministic
     workdir: str
-    directives: list[str]  # "#SBATCH" arguments, e.g. "--nodes=2"
-    srun_gpus: str | None  # the GPU request repeated on srun, e.g. "--gpus-per-node=4"
+    # The directive table: (option, value or None for a flag), hpctrain's in a fixed order, then
+    # the site's sbatch_extra; those in the site's sbatch_skip left out. Slurm's option names;
+    # each backend writes (or translates) it in its own syntax.
+    directives: list[tuple[str, str | None]]
+    gpus: tuple[str, str] | None  # the GPU request, repeated on the launch step
     modules: list[str]
     setup: list[str]  # raw shell lines (site first, then job)
     env: dict[str, str]  # exported in the script, for every rank
@@ -36,7 +40,7 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     cpus_per_task: int
     launcher: str  # torchrun | tasks
     python: list[str]  # the interpreter command on the nodes
-    program: list[str]  # what the bootstrap runs: [script, *args]
+    program: list[str]  # what the bootstrap runs: [script, *args] (also in bootstrap.json)
     head_mode: str
     head_interface: str | None
     head_suffix: str | None
@@ -47,7 +51,7 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     max_restarts: int
     monitor_interval: float | None
     preflight: bool
-    bootstrap: dict  # written to bootstrap.json; read by every rank
+    bootstrap: dict  # bootstrap.json (rank/records.RankConfig); read by every rank
     preemption: dict | None = None  # survive.preemption(): signal, lead_time, grace, requeue…
     preflight_timeout: int = 60
     version: str = __version__
@@ -68,21 +72,17 @@ def rendezvous_timeouts(job: Job) -> dict[str, int]:
     }
 
 
-def _directives(job: Job, run_dir: str, ppn: int) -> tuple[list[str], str | None]:
+def directive_table(job: Job, run_dir: str, preempt: dict | None) -> list[tuple[str, str | None]]:
     spec, site, r = job.spec, job.site, job.spec.resources
-    gpus = None
-    if r.gpus_per_node:
-        count = f"{site.gpu_type}:{r.gpus_per_node}" if site.gpu_type else str(r.gpus_per_node)
-        gpus = (f"--gpus-per-node={count}" if site.gpu_request == "gpus-per-node"
-                else f"--gres=gpu:{count}")
     d: list[tuple[str, str | None]] = [
         ("job-name", spec.name),
         ("nodes", str(r.nodes)),
         ("ntasks-per-node", "1"),  # one torchrun per node; it starts the ranks
-        ("cpus-per-task", str(ppn * r.cpus_per_proc)),
+        ("cpus-per-task", str(procs_per_node(spec) * r.cpus_per_proc)),
     ]
+    gpus = gpu_request(job)
     if gpus:
-        d.append((gpus[2:].split("=")[0], gpus.split("=", 1)[1]))
+        d.append(gpus)
     for key in ("mem", "time", "partition", "account", "qos", "constraint"):
         value = getattr(r, key)
         if value is not None:
@@ -91,29 +91,32 @@ def _directives(job: Job, run_dir: str, ppn: int) -> tuple[list[str], str | None
         d.append(("exclusive", None))
     d.append(("output", f"{run_dir}/logs/slurm-%j.out"))
     d.append(("open-mode", "append"))  # a requeued run keeps appending to the same log
+    d += survive.directives(preempt)
+    for extra in site.sbatch_extra:  # checks.check_site: "--key" or "--key=value"
+        key, sep, value = extra[2:].partition("=")
+        d.append((key, value if sep else None))
     skip = set(site.sbatch_skip)
-    out = [f"--{k}" if v is None else f"--{k}={v}" for k, v in d if k not in skip]
-    for extra in site.sbatch_extra:
-        if not extra.startswith("--"):
-            raise HpctrainError(f"site '{site.name}': sbatch_extra entry '{extra}' must start "
-                                "with '--'", fix="write it as sbatch takes it, e.g. --reservation=rl")
-        out.append(extra)
-    for line in out:
-        if any(c.isspace() for c in line) or "'" in line or '"' in line:
-            raise HpctrainError(f"the directive '#SBATCH {line}' holds spaces or quotes, which "
-                                "sbatch does not read reliably", fix="remove them from that value")
-    return out, (gpus if "gpus-per-node" not in skip and "gres" not in skip else None)
+    return [(k, v) for k, v in d if k not in skip]
+
+
+def gpu_request(job: Job) -> tuple[str, str] | None:
+    """("gpus-per-node", "a100:4") or ("gres", "gpu:a100:4"): one GPU count, computed once."""
+    site, n = job.site, job.spec.resources.gpus_per_node
+    if not n:
+        return None
+    count = f"{site.gpu_type}:{n}" if site.gpu_type else str(n)
+    return ("gpus-per-node", count) if site.gpu_request == "gpus-per-node" else ("gres", f"gpu:{count}")
 
 
 def make_plan(job: Job, run_dir: str) -> LaunchPlan:
     spec, site = job.spec, job.site
     lib = adapter(spec.library)
-    warnings = list(job.warnings)  # the adapter's own checks ran at load time
     ppn = procs_per_node(spec)
-    directives, srun_gpus = _directives(job, run_dir, ppn)
     preempt = survive.preemption(job)
-    at = len(directives) - len(job.site.sbatch_extra)  # ours before the site's own extras
-    directives[at:at] = survive.directives(preempt)
+    directives = directive_table(job, run_dir, preempt)
+    gpus = gpu_request(job)
+    if gpus and gpus[0] in site.sbatch_skip:
+        gpus = None
     env = {k: env_text(v) for k, v in site.env.items()}
     env.update({k: env_text(v) for k, v in spec.env.items()})
     env.update(lib.env(spec))
@@ -124,49 +127,45 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         "HPCTRAIN_SITE": site.name,
         "HPCTRAIN_LIBRARY": spec.library,
     })
-    try:
-        python = (shlex.split(spec.python) if spec.python is not None
-                  else lib.python(spec) or [sys.executable])
-    except ValueError as exc:
-        raise HpctrainError(f"'python' is not a valid command: {exc}", job.source,
-                            'e.g. python: "isaaclab.sh -p"') from None
-    if not python:
-        raise HpctrainError("'python' is empty", job.source, "e.g. python: python3")
+    python = (shlex.split(spec.python) if spec.python is not None
+              else lib.python(spec) or [sys.executable])
     t = rendezvous_timeouts(job)
     rdzv_conf = ",".join(f"{k}={v}" for k, v in t.items())
-    cpu_mode = spec.cpu_mode or site.cpu_mode
     preflight = spec.launcher.preflight if spec.launcher.preflight is not None else spec.resources.nodes > 1
-    bootstrap = {
-        "library": spec.library,
-        "cpu_mode": cpu_mode,
-        "seed": spec.seed,
-        "cpus_per_proc": spec.resources.cpus_per_proc,
-        "threads_from_env": "OMP_NUM_THREADS" in env,
-        "collective_timeout": spec.launcher.collective_timeout,
-        "launcher": lib.launcher,
-        "rank_env": dict(lib.rank_env),
-        "unset_env": list(lib.unset_env),
-        "chdir_run_dir": lib.run_in_run_dir(spec),
+    program = lib.program(spec)
+    bootstrap = RankConfig(
+        program=program,
+        library=spec.library,
+        cpu_mode=spec.cpu_mode or site.cpu_mode,
+        cpu_shims=list(lib.cpu_shims),
+        seed=spec.seed,
+        threads_from_env="OMP_NUM_THREADS" in env,
+        collective_timeout=spec.launcher.collective_timeout,
+        launcher=lib.launcher,
+        rank_env=dict(lib.rank_env),
+        unset_env=list(lib.unset_env),
+        chdir_run_dir=lib.run_in_run_dir(spec),
         # The site's NCCL set again, so that a rank started without this script (submitit)
         # gets it too, before any library is imported.
-        "env": {k: env_text(v) for k, v in site.env.items()},
-        "preempt_signal": preempt["signal"] if preempt else None,
-        "resume": {"patterns": lib.checkpoint_patterns(spec), "args": lib.resume_args(spec)},
-        # The preflight's rank check (bootstrap.rank_check) needs torch: torchrun jobs only.
-        "rank_check_timeout": (survive.preflight_timeout(job)
-                               if preflight and lib.launcher == "torchrun" else None),
-    }
+        env={k: env_text(v) for k, v in site.env.items()},
+        preempt_signal=preempt["signal"] if preempt else None,
+        checkpoint_patterns=lib.checkpoint_patterns(spec),
+        resume_args=lib.resume_args(spec),
+        # The rank check is a store of torch's: torch libraries started by torchrun only.
+        rank_check_timeout=(survive.preflight_timeout(job) if preflight and lib.torch_library
+                            and lib.launcher == "torchrun" else None),
+    ).to_dict()
     return LaunchPlan(
-        name=spec.name, site=site.name, scheduler=site.scheduler, run_dir=run_dir,
-        workdir=job.workdir, directives=directives, srun_gpus=srun_gpus,
+        name=spec.name, site=site.name, backend=site.scheduler, run_dir=run_dir,
+        workdir=job.workdir, directives=directives, gpus=gpus,
         modules=list(site.modules), setup=list(site.setup) + list(spec.setup),
         env=env, secrets=list(spec.secrets), nnodes=spec.resources.nodes, nproc_per_node=ppn,
         cpus_per_task=ppn * spec.resources.cpus_per_proc, launcher=lib.launcher,
-        python=python, program=lib.program(spec),
+        python=python, program=program,
         head_mode=site.head.mode, head_interface=site.head.interface, head_suffix=site.head.suffix,
         port_fixed=site.port.fixed, port_base=site.port.base, port_slots=max(1, site.port.span // 2),
         rdzv_conf=rdzv_conf, max_restarts=spec.launcher.max_restarts,
         monitor_interval=spec.launcher.monitor_interval, preflight=preflight,
-        bootstrap=bootstrap, warnings=tuple(warnings), preemption=preempt,
+        bootstrap=bootstrap, warnings=job.warnings, preemption=preempt,
         preflight_timeout=survive.preflight_timeout(job),
     )

@@ -1,22 +1,23 @@
-"""The Jinja environment and the one call that turns a LaunchPlan into script text.
+"""The Jinja environment and the one call that turns a plan into script text.
 
-StrictUndefined: a typo in a template is an error, never an empty string. Every value that
-reaches the shell goes through the `q` filter (shlex.quote) — the one place quoting happens.
-Compiled templates are cached on disk (Jinja's bytecode cache), which keeps `hpctrain render`
-near the interpreter's own start-up time.
+Templates (templates/ in the repository, see datafiles.py): templates/parts/ are shared by every
+scheduler (environment, rendezvous, launch, preemption, preflight); templates/<backend>/ holds
+each scheduler's roots (job.sh.j2, array.sh.j2), which include the parts and add what only that
+scheduler does. StrictUndefined: a typo in a
+template is an error, never an empty string. Every value that reaches the shell goes through the
+`q` filter (shlex.quote) — the one place quoting happens — or is a number or a name the schema
+held to a strict pattern. Compiled templates are cached on disk (Jinja's bytecode cache).
 """
 from __future__ import annotations
 
 import os
 import re
 import shlex
-from pathlib import Path
-
 import jinja2
 
-from .plan import LaunchPlan
+from .datafiles import data_dir
 
-TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATES = data_dir("templates")
 
 
 def _q(value) -> str:
@@ -27,7 +28,7 @@ def _qjoin(values) -> str:
     return " ".join(shlex.quote(str(v)) for v in values)
 
 
-_ENV_REF = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+_ENV_REF = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?\Z")
 
 
 def _qcmd(values) -> str:
@@ -35,6 +36,15 @@ def _qcmd(values) -> str:
     ("python: $ISAACSIM_PYTHON_EXE" names the interpreter the cluster's environment provides)."""
     return " ".join(f'"${{{m.group(1)}}}"' if (m := _ENV_REF.match(str(v))) else shlex.quote(str(v))
                     for v in values)
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _comment(value) -> str:
+    """Text for a `#` comment line: control characters shown escaped, so that no value can end
+    the comment and start a command or a directive (the loader refuses them too)."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
 def _cache() -> jinja2.BytecodeCache | None:
@@ -65,9 +75,18 @@ def environment() -> jinja2.Environment:
         _env.filters["q"] = _q
         _env.filters["qjoin"] = _qjoin
         _env.filters["qcmd"] = _qcmd
+        _env.filters["comment"] = _comment
     return _env
 
 
-def render_plan(plan: LaunchPlan, template: str = "job.sh.j2") -> str:
-    """The job script for a plan: same plan, same bytes."""
-    return environment().get_template(template).render(plan=plan)
+def render_plan(plan, root: str = "job.sh.j2") -> str:
+    """The script for a plan (a LaunchPlan, or an ArrayPlan with root "array.sh.j2") from its
+    backend's template folder: same plan, same bytes."""
+    from .backends import backend_class
+    header = backend_class(plan.backend)().header(plan.directives)
+    return environment().get_template(f"{plan.backend}/{root}").render(plan=plan, header=header)
+
+
+def render_part(plan, part: str, **values) -> str:
+    """One template alone (submitit's batch prelude runs some of a job script's parts)."""
+    return environment().get_template(part).render(plan=plan, **values)

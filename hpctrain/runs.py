@@ -3,11 +3,13 @@
     runs/<job name>/<run id>/
         job.yaml        the resolved job (defaults filled in)
         job.sbatch      the script (job.sh for the local scheduler)
-        bootstrap.py    the per-rank bootstrap (+ cpu_mode.py), called by path from the script
-        bootstrap.json  its settings
+        rank/           the rank side (hpctrain/rank/), run by path from the script
+        bootstrap.json  its settings, the program and its arguments
         run.json        ids, site, backend, times, hpctrain version, git commit and dirty flag
         logs/           slurm-<jobid>.out, rank-<R>.log
-        status/         per-rank failure notes, the local backend's exit code
+        status/         rank identities and failures, failure.json, the local backend's exit code
+
+The records' formats are defined in rank/records.py (the ranks write some of them).
 
 An index (one JSON line per run, under $HPCTRAIN_HOME or ~/.local/state/hpctrain) lets
 `status`, `logs` and `cancel` find a run by id or Slurm job id from any directory.
@@ -22,6 +24,7 @@ import msgspec
 from pathlib import Path
 
 from .errors import HpctrainError
+from .rank.records import RecordError, RunRecord
 
 RECORD = "run.json"
 
@@ -40,7 +43,6 @@ def index_path() -> Path:
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
     now = now or _dt.datetime.now()
-    # os.urandom, not the secrets module: an id needs no hmac/hashlib on render's import path.
     return now.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex()
 
 
@@ -50,7 +52,7 @@ def run_path(runs_dir: str, name: str, run_id: str) -> Path:
 
 def git_state(cwd: str) -> dict:
     """The commit and dirty flag of the code being submitted (None outside a git checkout)."""
-    import subprocess  # here, not at the top: `hpctrain render` never runs git (~2 ms of imports)
+    import subprocess
     def git(*args):
         return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
     try:
@@ -67,17 +69,24 @@ class Run(msgspec.Struct):
     path: Path
 
     @property
-    def record(self) -> dict:
+    def record(self) -> RunRecord:
         try:
-            return json.loads((self.path / RECORD).read_text())
+            return RunRecord.load(str(self.path / RECORD))
         except FileNotFoundError:
             raise HpctrainError(f"{self.path} is not a run directory (no {RECORD})") from None
+        except RecordError as exc:
+            raise HpctrainError(f"the run's record is damaged: {exc}",
+                                fix=f"restore {self.path / RECORD} or remove the run directory"
+                                ) from None
+        except OSError as exc:
+            raise HpctrainError(f"cannot read {self.path / RECORD}: {exc.strerror}") from None
 
-    def update(self, **fields) -> dict:
-        data = self.record
-        data.update(fields)
-        write_atomic(self.path / RECORD, json.dumps(data, indent=2, sort_keys=True) + "\n")
-        return data
+    def update(self, **fields) -> RunRecord:
+        rec = self.record
+        for key, value in fields.items():
+            setattr(rec, key, value)
+        rec.save(str(self.path / RECORD))
+        return rec
 
     @property
     def id(self) -> str:
@@ -112,13 +121,17 @@ def creating(path: Path):
 
 def add_to_index(run: Run) -> None:
     rec = run.record
-    line = json.dumps({"run_id": run.id, "path": str(run.path), "job_id": rec.get("job_id"),
-                       "name": rec.get("name"), "site": rec.get("site"),
-                       "submitted": rec.get("submitted")}, sort_keys=True)
+    line = json.dumps({"run_id": run.id, "path": str(run.path), "job_id": rec.job_id,
+                       "name": rec.name, "site": rec.site, "submitted": rec.submitted},
+                      sort_keys=True)
     idx = index_path()
-    idx.parent.mkdir(parents=True, exist_ok=True)
-    with open(idx, "a") as f:  # one short append: atomic enough for concurrent submitters
-        f.write(line + "\n")
+    try:
+        idx.parent.mkdir(parents=True, exist_ok=True)
+        with open(idx, "a") as f:  # one short append: atomic enough for concurrent submitters
+            f.write(line + "\n")
+    except OSError as exc:
+        raise HpctrainError(f"cannot record the run in the index {idx}: {exc.strerror}",
+                            fix="point $HPCTRAIN_HOME at a writable directory") from None
 
 
 def indexed() -> list[dict]:
@@ -139,6 +152,9 @@ def indexed() -> list[dict]:
 
 def find(ref: str) -> Run:
     """A run by directory, run id, or Slurm job id (array tasks: 1234_5 finds run 1234)."""
+    if not ref.strip():
+        raise HpctrainError("an empty RUN names no run",
+                            fix="give a run id, a run directory or a job id; `hpctrain list` shows them")
     p = Path(ref)
     if (p / RECORD).is_file():
         return Run(p.absolute())
@@ -153,12 +169,6 @@ def find(ref: str) -> Run:
         raise HpctrainError(f"'{ref}' matches {len(hits)} runs: "
                             + ", ".join(e["run_id"] for e in hits[:5]), fix="give the whole run id")
     return Run(Path(hits[-1]["path"]))
-
-
-def rank_identity_files(directory: Path) -> list[Path]:
-    """status/rank-R.json of every rank that started (not rank-R.failed.json, its failure note)."""
-    return sorted(p for p in Path(directory).glob("status/rank-*.json")
-                  if p.name[len("rank-"):-len(".json")].isdigit())
 
 
 def latest() -> Run | None:

@@ -5,11 +5,13 @@ import functools
 import os
 from pathlib import Path
 
+from .checks import check_site
+from .datafiles import data_dir
 from .errors import HpctrainError, did_you_mean
 from .spec import SiteProfile, convert_site
 from .yamlfile import Located, load_file
 
-PACKAGED = Path(__file__).parent / "site_configs"
+PACKAGED = data_dir("site_configs")
 
 
 def search_dirs() -> list[Path]:
@@ -57,4 +59,6 @@ def _load(path: str, mtime_ns: int) -> tuple[SiteProfile, Located]:
     # A sweep loads every variant against the same site: parse its profile once (keyed on the
     # file's mtime, so an edited profile is read again in a long-lived notebook kernel).
     doc = load_file(path)
-    return convert_site(doc), doc
+    site = convert_site(doc)
+    check_site(site, doc)
+    return site, doc

@@ -17,15 +17,15 @@ from msgspec import Meta, Struct, field
 from .errors import HpctrainError, did_you_mean
 from .yamlfile import Located
 
-LIBRARIES = ("rl_games", "rsl_rl", "skrl", "skrl_jax", "di_engine", "command")
-TORCH_LIBRARIES = ("rl_games", "rsl_rl", "skrl", "di_engine")
-
-Name = Annotated[str, Meta(pattern=r"^[a-zA-Z0-9_.-]+$")]
-EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+# Patterns are full-match and ASCII: \Z, not $ (which also matches before a final newline), and
+# [0-9], not \d (which also matches other scripts' digits).
+# A name becomes a directory (runs/<name>/): never "." or "..".
+Name = Annotated[str, Meta(pattern=r"^(?!\.\.?\Z)[A-Za-z0-9_.-]+\Z")]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")]
 EnvValue = Union[str, int, float, bool]
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
-SlurmTime = Annotated[str, Meta(pattern=r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})$")]
-Memory = Annotated[str, Meta(pattern=r"^\d+[KMGT]?$")]
+SlurmTime = Annotated[str, Meta(pattern=r"^([0-9]+-[0-9]+(:[0-9]+){0,2}|[0-9]+(:[0-9]+){0,2})\Z")]
+Memory = Annotated[str, Meta(pattern=r"^[0-9]+[KMGT]?\Z")]
 Count = Annotated[int, Meta(ge=1)]
 NonNeg = Annotated[int, Meta(ge=0)]
 Seconds = Annotated[int, Meta(ge=1)]
@@ -62,7 +62,8 @@ class Launcher(_Strict):
 
 
 class Preemption(_Strict):
-    """What happens ahead of the time limit or on preemption (see hpctrain/survive.py)."""
+    """What happens ahead of the time limit or on preemption (see hpctrain/survive.py); on
+    schedulers without preemption (this machine) these settings do nothing."""
     enabled: bool = True  # False: no --signal/--requeue, the job simply ends at its limit
     signal: Literal["USR1", "USR2", "TERM", "INT", "HUP", "URG"] = "USR2"
     lead_time: Seconds = 120  # seconds before the time limit that Slurm sends the signal
@@ -81,7 +82,7 @@ class Sweep(_Strict):
 class JobSpec(_Strict):
     name: Name
     site: str | None = None
-    library: Literal["rl_games", "rsl_rl", "skrl", "skrl_jax", "di_engine", "command"] = "command"
+    library: str = "command"  # one of libraries.LIBRARIES (checks.py)
     script: str | None = None  # None: the library's Isaac Lab train.py
     args: list[Union[str, int, float]] = []
     # The interpreter on the nodes, as a command: "/opt/venv/bin/python", "isaaclab.sh -p".
@@ -128,7 +129,7 @@ class Limits(_Strict):
 class SiteProfile(_Strict):
     name: Name
     description: str = ""
-    scheduler: Literal["slurm", "local"] = "slurm"
+    scheduler: str = "slurm"  # one of backends.SCHEDULERS (checks.check_site)
     gpu_request: Literal["gpus-per-node", "gres"] = "gpus-per-node"
     gpu_type: str | None = None  # --gres=gpu:TYPE:N / --gpus-per-node=TYPE:N
     limits: Limits = field(default_factory=Limits)
@@ -165,7 +166,7 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     path = tuple(p for p in key.strip().split(".") if p)
     if not path:
         raise HpctrainError(f"--set has an empty key in '{text}'", fix="e.g. --set resources.nodes=2")
-    import yaml  # already imported by yamlfile; local to keep the dependency visible here
+    import yaml
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -174,15 +175,21 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
 
 
 def set_path(data: dict, path: tuple, value) -> dict:
-    out = dict(data)
-    node = out
-    for key in path[:-1]:
-        child = node.get(key)
-        child = dict(child) if isinstance(child, dict) else {}
-        node[key] = child
-        node = child
-    node[path[-1]] = value
-    return out
+    """A copy of data with the value at path replaced. Through a list, a key must be an index
+    of an existing element (args.0=x sets the first argument); ValueError otherwise."""
+    def put(node, keys):
+        key = keys[0]
+        if isinstance(node, list):
+            if not (isinstance(key, int) or str(key).isdigit()) or int(key) >= len(node):
+                raise ValueError(f"'{key}' is not an index of this list of {len(node)} "
+                                 f"(0..{len(node) - 1})")
+            out = list(node)
+            out[int(key)] = value if len(keys) == 1 else put(out[int(key)], keys[1:])
+            return out
+        out = dict(node) if isinstance(node, dict) else {}
+        out[key] = value if len(keys) == 1 else put(out.get(key), keys[1:])
+        return out
+    return put(data, tuple(path))
 
 
 # ---------------------------------------------------------------------------- errors
@@ -293,13 +300,6 @@ def convert_site(doc: Located) -> SiteProfile:
         site = msgspec.convert(dict(doc), SiteProfile)
     except msgspec.ValidationError as exc:
         raise explain(exc, SiteProfile, doc.where) from None
-    head = site.head
-    if head.mode == "interface" and not head.interface:
-        raise HpctrainError("head.mode is 'interface' but head.interface is not set",
-                            doc.where(("head", "mode")), "add e.g. interface: ib0 under head")
-    if head.mode == "suffix" and not head.suffix:
-        raise HpctrainError("head.mode is 'suffix' but head.suffix is not set",
-                            doc.where(("head", "mode")), "add e.g. suffix: -ib under head")
     return site
 
 

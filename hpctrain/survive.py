@@ -1,7 +1,7 @@
 """Surviving the cluster: preemption and time limits, requeue, resume, preflight, timeouts.
 
 Decisions only (plain values for the plan); the shell side is templates/parts/preemption.sh.j2
-and preflight.sh.j2, the rank side is bootstrap.py (resume, collective timeout) and preflight.py.
+and preflight.sh.j2, the rank side is rank/bootstrap.py (resume, collective timeout) and rank/preflight.py.
 
 The path of a preemption or an approaching time limit, end to end:
 
@@ -49,7 +49,7 @@ Timeouts (seconds; every one can be set in the job file or in a site's `defaults
   bootstrap makes it torch.distributed's default, so every init_process_group/new_group that does
   not pass its own timeout uses it. Default: torch's (10 min NCCL, 30 min gloo).
 - launcher.preflight_timeout: every node must reach the head on the rendezvous port within this,
-  before torchrun starts; then every rank must meet all the others (bootstrap.rank_check, a
+  before torchrun starts; then every rank must meet all the others (rank/preflight.rank_check, a
   counter in a TCPStore rank 0 hosts on HPCTRAIN_SPARE_PORT; no process group) within it too,
   before the program starts. Default 60, 180 above 64 nodes.
 - preemption.lead_time: Slurm's signal comes this long before the time limit. Default 120.
@@ -58,9 +58,7 @@ Timeouts (seconds; every one can be set in the job file or in a site's `defaults
 """
 from __future__ import annotations
 
-from .errors import HpctrainError
 from .loading import Job
-from .spec import slurm_seconds
 
 # Signals whose default action kills torchrun's agent, which does not handle them: the agent is
 # started with them ignored (see 2. above). TERM/INT/HUP the agent handles itself; URG is
@@ -69,22 +67,13 @@ IGNORED_BY_AGENT = ("USR1", "USR2")
 
 
 def preemption(job: Job) -> dict | None:
-    """The preemption settings for the script, or None where the job has none."""
+    """The preemption settings for the script, or None where the job has none (preemption off,
+    or a scheduler that neither signals ahead of the limit nor requeues). checks.py made sure
+    the timing fits."""
+    from .backends import backend_class
     p = job.spec.preemption
-    if job.site.scheduler != "slurm" or not p.enabled:
+    if not p.enabled or not backend_class(job.site.scheduler).preemption:
         return None
-    limit = slurm_seconds(job.spec.resources.time)
-    where = job.source
-    if p.grace >= p.lead_time:
-        raise HpctrainError(
-            f"preemption.grace ({p.grace} s) is not shorter than preemption.lead_time "
-            f"({p.lead_time} s): Slurm would kill the job before the ranks finished saving",
-            where, f"e.g. preemption.lead_time: {p.grace + 60}")
-    if p.lead_time >= limit:
-        raise HpctrainError(
-            f"preemption.lead_time ({p.lead_time} s) is not shorter than the time limit "
-            f"resources.time={job.spec.resources.time} ({limit} s)", where,
-            "lengthen resources.time or shorten preemption.lead_time")
     return {
         "signal": p.signal,
         "lead_time": p.lead_time,
@@ -95,12 +84,13 @@ def preemption(job: Job) -> dict | None:
     }
 
 
-def directives(pre: dict | None) -> list[str]:
+def directives(pre: dict | None) -> list[tuple[str, str | None]]:
+    """The directive-table entries that ask for the signal and make the job requeueable."""
     if pre is None:
         return []
-    out = [f"--signal=B:{pre['signal']}@{pre['lead_time']}"]
+    out: list[tuple[str, str | None]] = [("signal", f"B:{pre['signal']}@{pre['lead_time']}")]
     if pre["requeue"]:
-        out.append("--requeue")
+        out.append(("requeue", None))
     return out
 
 

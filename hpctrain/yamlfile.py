@@ -21,6 +21,9 @@ class Located(dict):
         self.source = source
         self.lines = lines
 
+    def has(self, path: KeyPath) -> bool:
+        return tuple(path) in self.lines
+
     def where(self, path: KeyPath) -> str:
         """'file:line' for the longest prefix of path that has a known line."""
         path = tuple(path)

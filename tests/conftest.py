@@ -14,6 +14,28 @@ ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_UP = ROOT / "tests" / "cluster" / "up.sh"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite tests/golden/ from the current templates (review the diff)")
+
+
+@pytest.fixture
+def update_golden(request) -> bool:
+    return request.config.getoption("--update-golden")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A skipped test is a failed test: a tool missing in CI (shellcheck, Slurm, the cluster)
+    must not pass as green. The run fails with the skips named."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if skipped and exitstatus == 0:
+        reporter.write_line(f"FAILED: {len(skipped)} test(s) skipped; every test must run:", red=True)
+        for report in skipped[:20]:
+            reporter.write_line(f"  {report.nodeid}: {report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr}")
+        session.exitstatus = 1
+
+
 @pytest.fixture(autouse=True)
 def _restore_environment():
     """Tests of the bootstrap set rank variables in os.environ; jobs submitted later in the same

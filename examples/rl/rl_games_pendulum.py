@@ -9,7 +9,7 @@ Run with hpctrain (job.yaml):
     script: examples/rl/rl_games_pendulum.py
     args: [--updates, "20"]
 Plain torchrun, one node, 2 processes (on a GPU machine; on CPU rl-games needs hpctrain's CPU
-shims, see hpctrain/cpu_mode.py):
+shims, see hpctrain/rank/cpu_shims.py):
     torchrun --standalone --nproc-per-node=2 examples/rl/rl_games_pendulum.py --updates 5 --out /tmp/rlg
 Resume (rl-games' own restore: weights, optimizer, epoch and frame counters):
     torchrun ... examples/rl/rl_games_pendulum.py --checkpoint /tmp/rlg/checkpoints/nn/last_pendulum_ep_5_rew_<R>.pth

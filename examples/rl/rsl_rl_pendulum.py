@@ -19,7 +19,7 @@ Run with hpctrain (job.yaml):
     script: examples/rl/rsl_rl_pendulum.py
     args: [--updates, "20"]
 Plain torchrun, one node, 2 processes (on a GPU machine; on CPU rsl-rl needs hpctrain's CPU shims,
-see hpctrain/cpu_mode.py):
+see hpctrain/rank/cpu_shims.py):
     torchrun --standalone --nproc-per-node=2 examples/rl/rsl_rl_pendulum.py --updates 5 --out /tmp/rsl
 Resume (to 10 iterations in all):
     torchrun ... examples/rl/rsl_rl_pendulum.py --checkpoint /tmp/rsl/checkpoints/model_5.pt --updates 10

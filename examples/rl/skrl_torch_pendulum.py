@@ -17,7 +17,7 @@ Run with hpctrain (job.yaml):
     script: examples/rl/skrl_torch_pendulum.py
     args: [--updates, "20"]
 Plain torchrun, one node, 2 processes (on a GPU machine; on CPU skrl needs hpctrain's CPU shims,
-installed before `import skrl`, see hpctrain/cpu_mode.py):
+installed before `import skrl`, see hpctrain/rank/cpu_shims.py):
     torchrun --standalone --nproc-per-node=2 examples/rl/skrl_torch_pendulum.py --updates 5 --out /tmp/skrl
 Resume (skrl's agent.load: models, optimizer, preprocessors and our update counter), to 10 in all:
     torchrun ... examples/rl/skrl_torch_pendulum.py --checkpoint /tmp/skrl/checkpoints/agent_160.pt --updates 10

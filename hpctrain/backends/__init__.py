@@ -1,28 +1,36 @@
-"""Where a rendered job goes: Slurm (sbatch), this machine (local), or submitit (Python).
+"""Where a rendered job goes, and who answers for it afterwards: one module per scheduler.
 
-Backends take a finished script and a run directory; they never build commands themselves.
+    slurm.py     sbatch / squeue / scancel              templates/slurm/
+    local.py     this machine, no scheduler             templates/local/
+    submitit.py  Python functions, through submitit     (the Slurm or local script of its site)
+
+Adding a scheduler: a module here with a subclass of base.Backend (the abstract methods say what
+it must answer: header syntax, submit, state, cancel, where its output lands), a template folder
+templates/<name>/ with job.sh.j2 and array.sh.j2 that extend the shared parts, and a line in
+SCHEDULERS below. Nothing outside backends/ and templates/<name>/ may ask which scheduler a job
+uses: the rest asks the backend what it can do (Backend.max_nodes, .preemption, ...).
 """
 from __future__ import annotations
 
-from .base import Backend, JobState
+from importlib import import_module
+
+from .base import Backend, JobState, State
+
+# Name -> (module, class). The site profile's `scheduler:` is one of SCHEDULERS; runs recorded
+# with any of BACKENDS are answered for by it.
+SCHEDULERS = {"slurm": ("slurm", "SlurmBackend"), "local": ("local", "LocalBackend")}
+BACKENDS = dict(SCHEDULERS, submitit=("submitit", "SubmititBackend"))
 
 
-def backend_for(scheduler: str) -> Backend:
-    if scheduler == "slurm":
-        from .slurm import SlurmBackend
-        return SlurmBackend()
-    if scheduler == "local":
-        from .local import LocalBackend
-        return LocalBackend()
-    raise ValueError(f"unknown scheduler {scheduler!r}")
+def backend(name: str) -> Backend:
+    """The backend of that name; KeyError for an unknown one (the site schema checked it)."""
+    module, cls = BACKENDS[name]
+    return getattr(import_module(f".{module}", __name__), cls)()
 
 
-def backend_of(record: dict) -> Backend:
-    """The backend that answers for a recorded run (runs from Python went through submitit)."""
-    if record.get("backend") == "submitit":
-        from .submitit import SubmititRuns
-        return SubmititRuns()
-    return backend_for(record["backend"])
+def backend_class(name: str) -> type[Backend]:
+    module, cls = BACKENDS[name]
+    return getattr(import_module(f".{module}", __name__), cls)
 
 
-__all__ = ["Backend", "JobState", "backend_for", "backend_of"]
+__all__ = ["Backend", "BACKENDS", "JobState", "SCHEDULERS", "State", "backend", "backend_class"]

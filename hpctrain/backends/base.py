@@ -1,48 +1,111 @@
-"""The protocol every backend implements, and the state it reports."""
+"""The base class every backend implements, and the one state vocabulary they all report in.
+
+A backend is where a rendered job goes and who answers for it afterwards: it owns the syntax of
+the script's header (Slurm's `#SBATCH` lines), the script's name, how it is submitted, how its
+state is asked for (many runs in one query), how it is cancelled, and where its output lands.
+Everything scheduler-specific lives in its module and its template folder (templates/<name>/);
+see backends/__init__.py for the registry and how to add one.
+"""
 from __future__ import annotations
 
-import msgspec
+import abc
+from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar
+
+import msgspec
 
 from ..runs import Run
 
-# Slurm's job states that mean the job will not run again by itself.
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-         "PREEMPTED", "BOOT_FAIL", "DEADLINE", "LOST"}
+
+class State(str, Enum):
+    """A job's state, the same words whatever ran it. Each backend maps its scheduler's own
+    states onto these (Slurm: backends/slurm.py SLURM_STATES); the original word is kept in
+    JobState.raw."""
+    PENDING = "PENDING"  # queued, waiting for resources or a dependency
+    REQUEUED = "REQUEUED"  # ended and queued again (preemption, a requeue)
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETED = "COMPLETED"  # ended with exit status 0
+    FAILED = "FAILED"  # ended with a non-zero status
+    CANCELLED = "CANCELLED"  # by the user (or an administrator)
+    TIMEOUT = "TIMEOUT"  # reached its time limit
+    PREEMPTED = "PREEMPTED"  # preempted and not requeued
+    NODE_FAIL = "NODE_FAIL"  # a node failed under it
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    LOST = "LOST"  # its process is gone without saying how it ended
+    UNKNOWN = "UNKNOWN"  # the scheduler no longer knows it, or cannot be asked
+
+    @property
+    def done(self) -> bool:
+        return self in _FINAL
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_FINAL = {State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.PREEMPTED,
+          State.NODE_FAIL, State.OUT_OF_MEMORY, State.LOST}
 
 
 class JobState(msgspec.Struct):
-    state: str  # Slurm's words: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, ...
+    state: State
     exit_code: int | None = None
     reason: str | None = None  # why pending, or why it failed
     nodes: str | None = None
     elapsed: str | None = None
     restarts: int = 0
-    extra: dict = msgspec.field(default_factory=dict)
+    raw: str | None = None  # the scheduler's own word for the state
     job: str | None = None  # the scheduler's name for it: 1234, 1234_5, local-4321
     tasks: list["JobState"] = msgspec.field(default_factory=list)  # an array's tasks, by index
+    counts: dict = msgspec.field(default_factory=dict)  # an array's tasks per state
 
     @property
     def done(self) -> bool:
-        return self.state in FINAL
+        return self.state.done
 
 
-class Backend(Protocol):
-    name: str
-    script_name: str  # the script's file name in the run directory
+class Backend(abc.ABC):
+    """One scheduler (or none). Subclasses set the class attributes and implement the methods;
+    instantiating one that misses a method fails at once (abc), not at its first use."""
 
+    name: ClassVar[str]
+    script_name: ClassVar[str]  # the job script's file name in the run directory
+    # What the scheduler can do for a job, which the plan and the checks ask instead of its name.
+    max_nodes: ClassVar[int | None] = None  # None: as many as the site allows
+    preemption: ClassVar[bool] = False  # signals ahead of the time limit, and requeue
+    writes_directives: ClassVar[bool] = False  # the script's header holds scheduler directives
+
+    def header(self, directives: list[tuple[str, str | None]]) -> list[str]:
+        """The script's header lines for the plan's directive table ("#SBATCH --nodes=2")."""
+        return []
+
+    @abc.abstractmethod
     def submit_command(self, script: Path) -> list[str]:
         """The command line that submits the script (what --dry-run shows)."""
 
-    def submit(self, run: Run, script: Path) -> str:
-        """Submit; return the job id. Raise HpctrainError with the scheduler's message."""
+    @abc.abstractmethod
+    def submit(self, run: Run, prep) -> str:
+        """Submit a prepared job (submission.Prepared) whose run directory is written; return
+        the job id. Raise HpctrainError with the scheduler's message."""
+
+    @abc.abstractmethod
+    def states(self, runs: list[Run]) -> list[JobState]:
+        """The state of each run, in order, asked of the scheduler in as few queries as it
+        allows (one for any number of runs). Raises SchedulerError when it cannot be asked."""
 
     def state(self, run: Run) -> JobState:
-        ...
+        return self.states([run])[0]
 
+    @abc.abstractmethod
     def cancel(self, run: Run) -> None:
-        ...
+        """Cancel the run (every task of an array)."""
 
+    @abc.abstractmethod
     def abort(self, job_id: str) -> None:
         """Cancel by id alone: for a job whose run could not be recorded."""
+
+    @abc.abstractmethod
+    def output_files(self, run: Run, task: int | None = None) -> list[Path]:
+        """The job's own output (the batch script and the ranks' prefixed lines), oldest first;
+        with a task: that sweep task's."""

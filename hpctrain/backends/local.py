@@ -1,15 +1,20 @@
-"""This machine, no scheduler: the job script runs detached in its own session."""
+"""This machine, no scheduler: the job script runs detached in its own session.
+
+Templates: templates/local/ (torchrun --standalone, no directives; a sweep runs its tasks here,
+K at a time). The job script writes status/exit_code when it ends; that file and whether the
+recorded process still lives are the whole state.
+"""
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 from ..errors import HpctrainError
+from ..rank.records import RunRecord, read_identities
 from ..runs import Run
-from .base import JobState
+from .base import Backend, JobState, State
 from .summary import fmt_elapsed, summarise
 
 
@@ -23,23 +28,33 @@ def _start_time(pid: int) -> str | None:
         return None
 
 
-def recorded_process_alive(record: dict) -> bool:
+def recorded_process_alive(record: RunRecord) -> bool:
     """Whether run.json's pid is still the process that was started (not a reused pid)."""
-    pid = record.get("pid")
-    return bool(pid) and _start_time(pid) is not None and _start_time(pid) == record.get("pid_start")
+    pid = record.pid
+    return bool(pid) and _start_time(pid) is not None and _start_time(pid) == record.pid_start
 
 
-class LocalBackend:
+def _exit_status(d: Path) -> int | None:
+    try:
+        text = (d / "status" / "exit_code").read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.lstrip("-").isdigit() else 1
+
+
+class LocalBackend(Backend):
     name = "local"
     script_name = "job.sh"
+    max_nodes = 1
 
     def submit_command(self, script: Path) -> list[str]:
         return ["bash", str(script)]
 
-    def submit(self, run: Run, script: Path) -> str:
+    def submit(self, run: Run, prep) -> str:
+        import subprocess
         log = open(run.path / "logs" / "job.out", "ab")
         try:
-            proc = subprocess.Popen(self.submit_command(script), stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(self.submit_command(run.path / prep.script_name), stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             raise HpctrainError(f"could not start the job: {exc}") from None
@@ -48,39 +63,42 @@ class LocalBackend:
         run.update(pid=proc.pid, pid_start=_start_time(proc.pid), submitted_ts=time.time())
         return f"local-{proc.pid}"
 
-    def _alive(self, run: Run) -> bool:
-        return recorded_process_alive(run.record)
+    def states(self, runs: list[Run]) -> list[JobState]:
+        return [self._state(run) for run in runs]
 
-    def state(self, run: Run) -> JobState:
+    def _state(self, run: Run) -> JobState:
         rec = run.record
-        alive = self._alive(run)
-        size = rec.get("array_size")
-        if size:
-            tasks = [self._task_state(run.path / "tasks" / str(i), alive, rec.get("cancelled"),
-                                      f"{rec['job_id']}_{i}") for i in range(size)]
-            return summarise(str(rec["job_id"]), tasks)
-        st = self._task_state(run.path, alive, rec.get("cancelled"), str(rec["job_id"]))
-        if st.state == "RUNNING":
-            st.elapsed = fmt_elapsed(time.time() - rec["submitted_ts"]) if rec.get("submitted_ts") else None
+        alive = recorded_process_alive(rec)
+        if rec.array_size:
+            tasks = [self._task_state(run.path / "tasks" / str(i), alive, rec.cancelled,
+                                      f"{rec.job_id}_{i}") for i in range(rec.array_size)]
+            return summarise(str(rec.job_id), tasks)
+        st = self._task_state(run.path, alive, rec.cancelled, str(rec.job_id))
+        if st.state == State.RUNNING and rec.submitted_ts:
+            st.elapsed = fmt_elapsed(time.time() - rec.submitted_ts)
         return st
 
     @staticmethod
-    def _task_state(d: Path, alive: bool, cancelled, job: str) -> JobState:
-        exit_file = d / "status" / "exit_code"
-        if exit_file.exists():
-            text = exit_file.read_text().strip()
-            code = int(text) if text.lstrip("-").isdigit() else None
+    def _task_state(d: Path, alive: bool, cancelled: float | None, job: str) -> JobState:
+        code = _exit_status(d)
+        if code is not None:
             # Ended after the cancel (whatever its status: torchrun may exit 0 on SIGTERM).
-            if cancelled and exit_file.stat().st_mtime >= float(cancelled) - 1:
-                return JobState("CANCELLED", exit_code=code, job=job)
-            return JobState("COMPLETED" if code == 0 else "FAILED", exit_code=code, job=job)
+            ended = (d / "status" / "exit_code").stat().st_mtime
+            if cancelled and ended >= cancelled - 1:
+                return JobState(State.CANCELLED, exit_code=code, job=job, raw="cancelled")
+            if code == 0:
+                return JobState(State.COMPLETED, exit_code=0, job=job, raw="exited")
+            return JobState(State.FAILED, exit_code=code, job=job, raw="exited")
         started = (d / "logs" / "job.out").exists()
         if alive:
-            return JobState("RUNNING" if started else "PENDING", nodes=os.uname().nodename if started else None,
-                            reason=None if started else "JobArrayTaskLimit", job=job)
+            if started:
+                return JobState(State.RUNNING, nodes=os.uname().nodename, job=job, raw="running")
+            return JobState(State.PENDING, reason="waiting for a free slot (sweep.parallel)",
+                            job=job, raw="waiting")
         if cancelled:
-            return JobState("CANCELLED", job=job)
-        return JobState("LOST", reason="the job's process is gone without an exit status", job=job)
+            return JobState(State.CANCELLED, job=job, raw="cancelled")
+        return JobState(State.LOST, reason="the job's process is gone without an exit status",
+                        job=job, raw="gone")
 
     def abort(self, job_id: str) -> None:
         try:
@@ -92,41 +110,47 @@ class LocalBackend:
         """SIGTERM to the job's process group (torchrun passes it on to the ranks), SIGKILL to
         whatever is left after `grace` — including the ranks, which torchrun starts in sessions
         of their own and so are not in the job's process group."""
-        run.update(cancelled=time.time())  # when: tasks that ended before it keep their state
-        pid = run.record.get("pid")
-        if not self._alive(run):
+        rec = run.update(cancelled=time.time())  # when: tasks that ended before it keep their state
+        if not recorded_process_alive(rec):
             _kill_ranks(run.path, signal.SIGKILL)
             return
         try:
-            os.killpg(pid, signal.SIGTERM)
+            os.killpg(rec.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and (self._alive(run) or _live_ranks(run.path)):
+        while time.monotonic() < deadline and (recorded_process_alive(rec) or _live_ranks(run.path)):
             time.sleep(0.1)
-        if self._alive(run):
+        if recorded_process_alive(rec):
             try:
-                os.killpg(pid, signal.SIGKILL)
+                os.killpg(rec.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         _kill_ranks(run.path, signal.SIGKILL)
+
+    def output_files(self, run: Run, task: int | None = None) -> list[Path]:
+        if task is None and run.record.array_size:
+            return sorted(run.path.glob("tasks/*/logs/job.out"),
+                          key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else -1)
+        d = run.path if task is None else run.path / "tasks" / str(task)
+        return [d / "logs" / "job.out"]
 
 
 def _live_ranks(run_dir: Path) -> list[int]:
     """Pids of this run's ranks that still run (checked by their environment, not just the pid,
     which the kernel may have reused)."""
-    import json
     pids = []
-    for path in list(run_dir.glob("status/rank-*.json")) + list(run_dir.glob("tasks/*/status/rank-*.json")):
-        try:
-            pid = int(json.loads(path.read_text())["pid"])
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except (OSError, ValueError, KeyError):
-            continue
-        want = f"HPCTRAIN_RUN_DIR={path.parent.parent}".encode()
-        if want in env and _start_time(pid) is not None:
-            pids.append(pid)
+    dirs = [run_dir] + [d for d in run_dir.glob("tasks/*") if d.is_dir()]
+    for d in dirs:
+        want = f"HPCTRAIN_RUN_DIR={d}".encode()
+        for ident in read_identities(str(d)):
+            try:
+                with open(f"/proc/{ident.pid}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if want in env and _start_time(ident.pid) is not None:
+                pids.append(ident.pid)
     return pids
 
 

@@ -1,169 +1,302 @@
-"""submitit as a backend: the same job, site profile and bootstrap, submitted from Python.
+"""submitit as a backend: a Python function run on every rank of a job, from Python or Jupyter.
 
-Two things can be submitted:
+One submitit task per rank (`--ntasks-per-node` = ranks per node). On Slurm the batch shell first
+runs the very same parts of the job script the CLI renders (templates/parts/: `cd`, modules,
+setup lines, the site's and job's env, the secrets check; templates/slurm/nodes.sh.j2 and the
+rendezvous part: the head = first node of the job's own node list, the port from the job id by
+the site's rule, the loopback check) and exports HPCTRAIN_HEAD/PORT; srun hands that environment
+to every task. Each task then turns Slurm's task ids into torch's variables and runs the
+bootstrap's own steps (rank log, identity, threads, seed, CPU shims or device pinning) before
+calling the function. No second implementation of the rendezvous rules. On the `local` site,
+submitit's LocalExecutor runs the tasks on this machine.
 
-- a Python function, run once per rank (one submitit task per rank: `--ntasks-per-node` =
-  ranks per node). The batch shell first runs the very same environment and rendezvous parts of
-  the job script the CLI renders (templates/parts/*.j2: `cd`, modules, setup lines, the site's
-  and job's env, the secrets check, the head = first node of the job's own node list, the port
-  from the job id by the site's rule, the loopback check) and exports HPCTRAIN_HEAD/PORT; srun
-  hands that environment to every task. Each task then turns Slurm's task ids into torch's
-  variables and runs the bootstrap's own steps (rank log, threads, seed, CPU shims or device
-  pinning) before calling the function. No second implementation of the rendezvous rules.
-- the job's command (job.yaml with a script): the rendered job script itself runs in the batch
-  shell (submitit with use_srun=False), so srun -> torchrun -> bootstrap happens exactly as after
-  `hpctrain submit`. Reimplementing the per-node torchrun launch in Python would give two
-  launchers to keep in step; running the script gives one.
-
-This module imports submitit only inside functions: `import hpctrain` and the CLI stay cheap.
+submitit's parameters are derived from the plan's directive table, by key. This module imports
+submitit only inside functions: `import hpctrain` and the CLI stay cheap.
 """
 from __future__ import annotations
 
-import importlib.util
+import hashlib
+import inspect
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import HpctrainError
+from ..runs import Run
 from ..spec import slurm_seconds
+from .base import Backend, JobState, State
 
 SUBMITIT_DIR = "submitit"  # inside the run directory
+
+# Directive keys with a submitit parameter of their own; every other key goes through
+# additional_parameters, except those submitit writes itself (its output, its signal handling).
+_PARAMETERS = {"job-name": "job_name", "nodes": "nodes", "ntasks-per-node": "ntasks_per_node",
+               "cpus-per-task": "cpus_per_task", "gpus-per-node": "gpus_per_node", "gres": "gres",
+               "partition": "partition", "account": "account", "qos": "qos",
+               "constraint": "constraint", "exclusive": "exclusive"}
+_SUBMITIT_OWN = {"output", "open-mode"}
+_COUNTS = {"nodes", "ntasks_per_node", "cpus_per_task"}
 
 
 # ---------------------------------------------------------------------------- parameters
 
-def _sbatch_extra(site) -> dict[str, Any]:
-    """The site's extra directives ("--reservation=rl", "--requeue") as submitit's
-    additional_parameters (value True writes a bare flag)."""
-    out: dict[str, Any] = {}
-    for extra in site.sbatch_extra:
-        if not extra.startswith("--"):
-            raise HpctrainError(f"site '{site.name}': sbatch_extra entry '{extra}' must start with '--'",
-                                fix="write it as sbatch takes it, e.g. --reservation=rl")
-        key, sep, value = extra[2:].partition("=")
-        out[key] = value if sep else True
-    return out
-
-
-def slurm_parameters(job, plan, *, kind: str, setup: list[str] | None = None) -> dict[str, Any]:
-    """SlurmExecutor.update_parameters() arguments for a job on its site.
-
-    kind "function": one task per rank (ntasks-per-node = ranks per node, cpus-per-task = the
-    rank's CPUs). kind "command": one task per node, as the rendered script asks (its srun starts
-    one torchrun per node), and no srun around the batch-shell Python.
-    Directives the site lists in sbatch_skip are left out, as in the rendered script.
-    """
-    spec, site, r = job.spec, job.site, job.spec.resources
-    skip = set(site.sbatch_skip)
-    per_rank = kind == "function"
-    params: dict[str, Any] = {
-        "job_name": spec.name,
-        "nodes": r.nodes,
-        "ntasks_per_node": plan.nproc_per_node if per_rank else 1,
-        "cpus_per_task": r.cpus_per_proc if per_rank else plan.cpus_per_task,
-        # Slurm rounds a time limit up to whole minutes too.
-        "time": max(1, math.ceil(slurm_seconds(r.time) / 60)),
-        "signal_delay_s": spec.preemption.lead_time,
-        "stderr_to_stdout": True,
-    }
-    for key in ("partition", "account", "qos", "constraint"):
-        value = getattr(r, key)
-        if value is not None:
-            params[key] = value
-    if r.exclusive:
-        params["exclusive"] = True
+def slurm_parameters(plan, *, setup: list[str] | None = None) -> dict[str, Any]:
+    """SlurmExecutor.update_parameters() arguments for a function run: the plan's directive
+    table, with one task per rank instead of one torchrun per node."""
+    from .. import survive
+    params: dict[str, Any] = {"stderr_to_stdout": True}
+    if plan.preemption:
+        params["signal_delay_s"] = plan.preemption["lead_time"]
+    # The batch script's own preemption entries are its signal trap's, which a function run has
+    # not: submitit installs its own handler. The site's extras pass on.
+    theirs = list(survive.directives(plan.preemption))
     additional: dict[str, Any] = {}
-    if r.mem is not None:
-        # submitit's own `mem` takes gigabytes as a number; Slurm's string goes through as is.
-        additional["mem"] = r.mem
-    if r.gpus_per_node:
-        count = f"{site.gpu_type}:{r.gpus_per_node}" if site.gpu_type else str(r.gpus_per_node)
-        if site.gpu_request == "gres":
-            params["gres"] = f"gpu:{count}"
+    for key, value in plan.directives:
+        if (key, value) in theirs:
+            theirs.remove((key, value))
+        elif key == "time":
+            params["time"] = max(1, math.ceil(slurm_seconds(value) / 60))  # Slurm rounds up too
+        elif key in _SUBMITIT_OWN:
+            continue
+        elif key in _PARAMETERS:
+            name = _PARAMETERS[key]
+            params[name] = True if value is None else int(value) if name in _COUNTS else value
         else:
-            params["gpus_per_node"] = count
-    additional.update(_sbatch_extra(site))
-    for key in list(params):
-        if key.replace("_", "-") in skip:
-            del params[key]
-    additional = {k: v for k, v in additional.items() if k not in skip}
+            additional[key] = True if value is None else value  # mem: Slurm's string, not GB
+    params["ntasks_per_node"] = plan.nproc_per_node
+    params["cpus_per_task"] = plan.cpus_per_task // plan.nproc_per_node
     if additional:
         params["additional_parameters"] = additional
-    if per_rank:
-        # One failing rank ends the step: the others would otherwise wait in a collective until
-        # its timeout; the failing rank's own exception is what the handle reports.
-        params["srun_args"] = ["--kill-on-bad-exit=1"]
-        params["use_srun"] = True
-    else:
-        params["use_srun"] = False
+    # One failing rank ends the step: the others would otherwise wait in a collective until its
+    # timeout; the failing rank's own exception is what the handle reports.
+    params["srun_args"] = ["--kill-on-bad-exit=1"]
+    params["use_srun"] = True
     if setup:
         params["setup"] = setup
     return params
 
 
-def local_parameters(job, plan, *, kind: str) -> dict[str, Any]:
+def local_parameters(job, plan) -> dict[str, Any]:
     """LocalExecutor.update_parameters() arguments: this machine, one process per rank."""
     r = job.spec.resources
     params: dict[str, Any] = {
         "nodes": 1,
-        "tasks_per_node": plan.nproc_per_node if kind == "function" else 1,
+        "tasks_per_node": plan.nproc_per_node,
         "timeout_min": max(1, math.ceil(slurm_seconds(r.time) / 60)),
-        "signal_delay_s": job.spec.preemption.lead_time,
         "stderr_to_stdout": True,
     }
     if r.gpus_per_node:
         params["gpus_per_node"] = r.gpus_per_node
     lines = [f"module load {m}" for m in plan.modules] + list(plan.setup)
-    if lines and kind == "function":
-        params["setup"] = lines  # the command's script runs these itself
+    if lines:
+        params["setup"] = lines
     return params
 
 
 def batch_prelude(plan) -> list[str]:
     """The job script's own environment and rendezvous parts, for submitit's `setup`."""
     import shlex
-    from ..render import render_plan
-    text = "".join([
-        f"RUN_DIR={shlex.quote(plan.run_dir)}\n",
-        render_plan(plan, "parts/functions.sh.j2"),
-        render_plan(plan, "parts/environment.sh.j2"),
-        render_plan(plan, "parts/rendezvous.sh.j2"),
-    ])
+    from ..render import render_part
+    parts = ("parts/functions.sh.j2", "parts/environment.sh.j2", "slurm/nodes.sh.j2",
+             "parts/rendezvous.sh.j2")
+    text = f"RUN_DIR={shlex.quote(plan.run_dir)}\n" + "".join(
+        render_part(plan, part) for part in parts)
     return text.splitlines()
 
 
-def python_command(plan) -> str:
-    import shlex
-    return " ".join(shlex.quote(p) for p in plan.python)
-
-
-def make_executor(job, plan, folder: Path, *, kind: str):
+def make_executor(job, plan, folder: Path):
     """A submitit executor configured from the job and its site."""
     try:
         import submitit
     except ImportError:
         raise HpctrainError("submitting Python functions needs submitit, which is not installed",
                             fix="pip install 'hpctrain[submitit]'") from None
-    python = python_command(plan)
-    if plan.scheduler == "local":
+    import shlex
+    python = " ".join(shlex.quote(p) for p in plan.python)
+    if plan.backend == "local":
         ex = submitit.LocalExecutor(folder=folder, python=python)
-        ex.update_parameters(**local_parameters(job, plan, kind=kind))
+        ex.update_parameters(**local_parameters(job, plan))
         return ex
     try:
         ex = submitit.SlurmExecutor(folder=folder, python=python)
     except RuntimeError as exc:  # submitit's check that srun exists
         raise HpctrainError(f"site '{job.site.name}' submits to Slurm, but {exc}",
                             fix="run on a Slurm login node, or use site='local'") from None
-    setup = batch_prelude(plan) if kind == "function" else None
     try:
-        ex.update_parameters(**slurm_parameters(job, plan, kind=kind, setup=setup))
+        ex.update_parameters(**slurm_parameters(plan, setup=batch_prelude(plan)))
     except ValueError as exc:
         raise HpctrainError(f"submitit refused the parameters for site '{job.site.name}': {exc}",
                             where=job.source) from None
     return ex
+
+
+# ---------------------------------------------------------------------------- submitting
+
+def describe_callable(fn: Callable) -> dict:
+    """What ran: module, qualified name, source file and a hash of its source (where Python
+    can find it: module files and notebook cells both work)."""
+    target = fn
+    while hasattr(target, "func") and not inspect.isfunction(target):  # functools.partial
+        target = target.func
+    info: dict[str, Any] = {
+        "module": getattr(target, "__module__", None) or type(target).__module__,
+        "qualname": getattr(target, "__qualname__", None) or type(target).__qualname__,
+        "source_file": None, "source_sha256": None,
+    }
+    try:
+        info["source_file"] = inspect.getsourcefile(target)
+    except (TypeError, OSError):
+        pass
+    source = source_of(target)
+    if source is not None:
+        info["source_sha256"] = hashlib.sha256(source.encode()).hexdigest()
+    return info
+
+
+def source_of(fn: Callable) -> str | None:
+    while hasattr(fn, "func") and not inspect.isfunction(fn):  # functools.partial
+        fn = fn.func
+    try:
+        return inspect.getsource(fn)
+    except (TypeError, OSError):
+        return None
+
+
+def function_run(fn: Callable, args: tuple, kwargs: dict, prep) -> dict:
+    """What turns a prepared job into a function run: the callable every rank runs and the
+    run.json fields that describe it (submission.submit_function applies them)."""
+    from ..runs import git_state
+    info = describe_callable(fn)
+    _check_picklable(fn, args, kwargs, info)
+    if info["source_file"] and os.path.isfile(info["source_file"]):
+        src_git = git_state(os.path.dirname(os.path.abspath(info["source_file"])))
+        if src_git.get("commit"):
+            info["git"] = src_git
+    plan = prep.plan
+    rank_fn = RankFunction(fn, args, kwargs, run_dir=str(prep.run_dir), config=plan.bootstrap,
+                           env=plan.env, procs_per_node=plan.nproc_per_node,
+                           port_base=plan.port_base, port_slots=plan.port_slots,
+                           port_fixed=plan.port_fixed)
+    record = {"scheduler": plan.backend, "kind": "function",
+              "submitit_folder": str(prep.run_dir / SUBMITIT_DIR), "function": info}
+    return {"backend": "submitit", "function": rank_fn, "record": record}
+
+
+def _check_picklable(fn, args, kwargs, info: dict) -> None:
+    import cloudpickle
+    try:
+        cloudpickle.dumps((fn, args, kwargs))
+    except Exception as exc:
+        raise HpctrainError(
+            f"{info['module']}.{info['qualname']} (or its arguments) cannot be pickled to send "
+            f"it to the nodes: {type(exc).__name__}: {exc}", info.get("source_file"),
+            "pass plain data (numbers, strings, dicts, arrays) as arguments; create locks, open "
+            "files, sockets and process groups inside the function") from None
+
+
+# ---------------------------------------------------------------------------- the backend
+
+class SubmititBackend(Backend):
+    """Function runs: submitted through submitit's executor for the site's scheduler; their
+    state is that scheduler's, completed by the result pickles submitit leaves."""
+    name = "submitit"
+    script_name = "submitit.sbatch"  # submitit writes it, in the run's submitit/ folder
+
+    def submit_command(self, script: Path) -> list[str]:
+        return ["python", "-c", "hpctrain.submit_function(...)"]
+
+    def submit(self, run: Run, prep) -> str:
+        source = source_of(prep.function.fn)
+        if source is not None:  # the code as read at submit time, beside the pickle that runs
+            (run.path / "function.py").write_text(source)
+        ex = make_executor(prep.job, prep.plan, run.path / SUBMITIT_DIR)
+        try:
+            sjob = ex.submit(prep.function)
+        except HpctrainError:
+            raise
+        except Exception as exc:  # sbatch's refusal arrives as submitit's FailedJobError
+            msg = str(exc).strip()
+            raise HpctrainError(f"sbatch refused the job: {msg}" if prep.plan.backend == "slurm"
+                                else f"could not start the job: {msg}", prep.job.source,
+                                "check partition/account/qos/time against `sinfo` and the site "
+                                "profile; hpctrain.render(job) shows the CLI's script") from None
+        fields: dict[str, Any] = {"ntasks": len(sjob._tasks)}
+        if prep.plan.backend == "local":
+            from .local import _start_time
+            fields.update(pid=int(sjob.job_id), pid_start=_start_time(int(sjob.job_id)))
+        run.update(**fields)
+        return str(sjob.job_id)
+
+    def states(self, runs: list[Run]) -> list[JobState]:
+        slurm = [r for r in runs if r.record.scheduler == "slurm"]
+        from .slurm import SlurmBackend
+        asked = dict(zip((r.path for r in slurm), SlurmBackend().states(slurm))) if slurm else {}
+        out = []
+        for run in runs:
+            state = asked.get(run.path)
+            if state is not None and state.state != State.UNKNOWN:
+                out.append(state)
+                continue
+            if state is None:  # this machine
+                from .local import recorded_process_alive
+                if recorded_process_alive(run.record):
+                    out.append(JobState(State.RUNNING, nodes=os.uname().nodename,
+                                        job=str(run.record.job_id)))
+                    continue
+            out.append(self._from_outcomes(run))
+        return out
+
+    def _from_outcomes(self, run: Run) -> JobState:
+        """The scheduler forgot the job, or it ran on this machine: its result pickles say."""
+        rec = run.record
+        outcomes = outcomes_of(run)
+        if any(o == "error" for o, _ in outcomes.values()):
+            return JobState(State.FAILED, exit_code=1, job=str(rec.job_id))
+        if outcomes and len(outcomes) == rec.ntasks:
+            return JobState(State.COMPLETED, exit_code=0, job=str(rec.job_id))
+        return JobState(State.CANCELLED if rec.cancelled else State.LOST, job=str(rec.job_id),
+                        reason="no result from every task")
+
+    def cancel(self, run: Run) -> None:
+        rec = run.record
+        if rec.scheduler == "slurm":
+            from .slurm import SlurmBackend
+            SlurmBackend().abort(str(rec.job_id))
+        else:
+            from .local import recorded_process_alive
+            if recorded_process_alive(rec):
+                import signal
+                os.kill(int(rec.pid), signal.SIGTERM)
+
+    def abort(self, job_id: str) -> None:
+        if job_id.isdigit() and os.path.exists(f"/proc/{job_id}"):  # LocalExecutor: a pid
+            import signal
+            try:
+                os.kill(int(job_id), signal.SIGTERM)
+                return
+            except ProcessLookupError:
+                pass
+        from .slurm import SlurmBackend
+        SlurmBackend().abort(job_id)
+
+    def output_files(self, run: Run, task: int | None = None) -> list[Path]:
+        folder = Path(run.record.submitit_folder or run.path / SUBMITIT_DIR)
+        return sorted(folder.glob(f"{run.record.job_id}_*_log.out"))
+
+
+def outcomes_of(run: Run) -> dict[int, tuple[str, Any]]:
+    """Each task's (outcome, value) as submitit pickled it; tasks that left none are absent."""
+    from submitit.core.utils import JobPaths, pickle_load
+    rec = run.record
+    folder = Path(rec.submitit_folder or run.path / SUBMITIT_DIR)
+    out = {}
+    for task in range(rec.ntasks):
+        p = JobPaths(folder, job_id=str(rec.job_id), task_id=task).result_pickle
+        if p.exists():
+            out[task] = pickle_load(p)
+    return out
 
 
 # ---------------------------------------------------------------------------- on the nodes
@@ -178,18 +311,6 @@ class RankFailed(Exception):
 
     def __reduce__(self):
         return (RankFailed, (self.rank, self.node, self.error, self.traceback_text))
-
-
-def _load_bootstrap(run_dir: str):
-    """The run directory's copy of the bootstrap: the one the record says ran."""
-    path = os.path.join(run_dir, "bootstrap.py")
-    if os.path.isfile(path):
-        spec = importlib.util.spec_from_file_location("_hpctrain_run_bootstrap", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    from .. import bootstrap
-    return bootstrap
 
 
 class RankFunction:
@@ -218,6 +339,9 @@ class RankFunction:
 
     def __call__(self):
         import submitit
+
+        from ..rank import bootstrap as bs
+        from ..rank.records import RankConfig
         job_env = submitit.JobEnvironment()
         os.environ.update(self.env)  # already exported on Slurm; the local executor needs it
         head, port = self._rendezvous(job_env)
@@ -230,21 +354,17 @@ class RankFunction:
             "HPCTRAIN_HEAD": head, "HPCTRAIN_PORT": str(port),
             "HPCTRAIN_RUN_DIR": self.run_dir,
         })
-        bs = _load_bootstrap(self.run_dir)
-        me = bs.identity(self.config)
+        config = RankConfig(**{k: v for k, v in self.config.items() if k != "extra"})
+        me = bs.identity(config)
+        status_dir = os.path.join(self.run_dir, "status")
         os.makedirs(os.path.join(self.run_dir, "logs"), exist_ok=True)
         bs.tee_output(os.path.join(self.run_dir, "logs", f"rank-{rank}.log"), f"[rank {rank}] ")
-        bs.set_environment(self.config, me)
+        bs.record_identity(status_dir, me)
+        bs.set_environment(config, me)
         seed = os.environ.get("HPCTRAIN_SEED")
         if seed is not None:
-            _seed_everything(bs, int(seed))
-        if bs.cpu_mode_wanted(self.config.get("cpu_mode", "auto")):
-            os.environ["HPCTRAIN_CPU_MODE"] = "1"
-            patched = bs.install_cpu_shims(self.config.get("library", "command"))
-            if patched and rank == 0:
-                print("hpctrain: CPU mode: " + "; ".join(patched), file=sys.stderr)
-        else:
-            bs.pin_device(me)
+            _seed_everything(int(seed))
+        bs.prepare_device(config, me)
         try:
             return self.fn(*self.args, **self.kwargs)
         except BaseException as exc:
@@ -252,52 +372,19 @@ class RankFunction:
             text = traceback.format_exc()
             sys.stderr.write(text)
             error = f"{type(exc).__name__}: {exc}"
-            bs.record_failure(os.path.join(self.run_dir, "status"), me, 1, error)
-            raise RankFailed(rank, me["node"], error, text) from None
+            bs.record_failure(status_dir, me, 1, error)
+            raise RankFailed(rank, me.node, error, text) from None
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
 
 
-def _seed_everything(bs, seed: int) -> None:
+def _seed_everything(seed: int) -> None:
     """A function has no argv to read a seed from: seed the usual generators with the rank's
     seed (HPCTRAIN_SEED = job seed + global rank), torch/numpy when they get imported."""
     import random
+
+    from ..rank.hooks import after_import
     random.seed(seed)
-    bs.after_import("numpy", lambda np: np.random.seed(seed % 2**32))
-    bs.after_import("torch", lambda torch: torch.manual_seed(seed))
-
-
-class CommandFunction:
-    """Runs the rendered job script in the batch shell: srun -> torchrun -> bootstrap, as the CLI."""
-
-    def __init__(self, script: str, run_dir: str):
-        self.script, self.run_dir = script, run_dir
-
-    def __call__(self) -> dict:
-        job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID") or "local"
-        log_path = Path(self.run_dir) / "logs" / f"slurm-{job_id}.out"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            code = subprocess.call(["bash", self.script], stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL)
-        if code != 0:
-            failed = sorted(Path(self.run_dir, "status").glob("rank-*.failed"))
-            notes = "; ".join(p.read_text().strip() for p in failed)
-            raise RuntimeError(f"the job script exited {code}" + (f": {notes}" if notes else "")
-                               + f" (log: {log_path})")
-        return {"exit_code": 0, "job_id": job_id, "log": str(log_path)}
-
-
-class SubmititRuns:
-    """Answers `hpctrain status/cancel` for runs submitted from Python: the Handle knows how
-    (submitit's result pickles, its local controller), so the CLI asks it."""
-    name = "submitit"
-
-    def state(self, run):
-        from ..python_api import Handle
-        return Handle(run).status()
-
-    def cancel(self, run) -> None:
-        from ..python_api import Handle
-        Handle(run).cancel()
+    after_import("numpy", lambda np: np.random.seed(seed % 2**32))
+    after_import("torch", lambda torch: torch.manual_seed(seed))

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Callable
 
 from ..errors import HpctrainError
+from ..origins import Origins as Where
 from ..spec import JobSpec, SiteProfile
 
-Where = Callable[[tuple], str]
 
 
 class Adapter:
@@ -23,10 +22,15 @@ class Adapter:
     rank_env: dict[str, str] = {}
     # Variables removed from every rank's environment before the program starts.
     unset_env: tuple[str, ...] = ()
-    # Torch libraries put rank i on cuda:LOCAL_RANK and need every GPU of the node visible.
+    # The ranks import torch (and use torch.distributed): the preflight's rank check may too.
+    torch_library = True
+    # The library puts rank i on cuda:LOCAL_RANK itself: every rank must see all of the node's
+    # GPUs, and a node may not have more ranks than GPUs.
     needs_all_gpus = True
-    # Resume data for the coming resume interface: checkpoint globs relative to the run directory
-    # (newest wins) and the arguments that resume from one ("{checkpoint}" = its path).
+    # The CPU shims (rank/cpu_shims.SHIMS) that run this library's distributed mode on CPU.
+    cpu_shims: tuple[str, ...] = ("torch",)
+    # Where the library writes checkpoints (globs relative to the run directory, newest wins)
+    # and the arguments that resume from one ("{checkpoint}" = its path): see resume_args().
     checkpoint_globs: tuple[str, ...] = ()
     resume_template: tuple[str, ...] = ()
 
@@ -50,6 +54,14 @@ class Adapter:
         """Library traps: raise HpctrainError for errors, return warnings."""
         if self.needs_all_gpus:
             gpu_masking(self.name, spec, site, where)
+            r = spec.resources
+            ppn = r.procs_per_node or r.gpus_per_node or 1
+            if r.gpus_per_node and ppn > r.gpus_per_node:
+                raise HpctrainError(
+                    f"{ppn} ranks per node share {r.gpus_per_node} GPUs: {self.name} puts rank i "
+                    "on cuda:LOCAL_RANK, so ranks past the last GPU fail with 'invalid device "
+                    "ordinal'", where(("resources", "procs_per_node")),
+                    f"set procs_per_node to {r.gpus_per_node} (or leave it out)")
         return []
 
     # ------------------------------------------------------------------ resume after a restart
@@ -100,10 +112,10 @@ def gpu_masking(library: str, spec: JobSpec, site: SiteProfile, where: Where) ->
     """Per-rank GPU masks break cuda:LOCAL_RANK: rank i > 0 sees one GPU, 'invalid device ordinal'."""
     why = (f"{library} puts rank i on cuda:LOCAL_RANK, so every rank must see all of its node's "
            "GPUs; with one GPU per rank, ranks past the first fail with 'invalid device ordinal'")
-    for extra in site.sbatch_extra:
+    for i, extra in enumerate(site.sbatch_extra):
         if extra.startswith(("--gpus-per-task", "--gpu-bind", "--ntasks-per-gpu")):
             raise HpctrainError(f"site '{site.name}' adds '{extra}', which gives each task its own "
-                                f"GPUs: {why}", f"site '{site.name}' sbatch_extra",
+                                f"GPUs: {why}", where.site(("sbatch_extra", i)),
                                 f"remove {extra.split('=')[0]} from the site's sbatch_extra")
     ppn = spec.resources.procs_per_node or spec.resources.gpus_per_node or 1
     for origin, env in (("env", spec.env), (f"site '{site.name}' env", site.env)):
@@ -116,7 +128,8 @@ def gpu_masking(library: str, spec: JobSpec, site: SiteProfile, where: Where) ->
         if per_rank or too_few:
             raise HpctrainError(
                 f"CUDA_VISIBLE_DEVICES={text} masks GPUs per rank ({ppn} ranks per node): {why}",
-                where(("env", "CUDA_VISIBLE_DEVICES")) if origin == "env" else origin,
+                where(("env", "CUDA_VISIBLE_DEVICES")) if origin == "env"
+                else where.site(("env", "CUDA_VISIBLE_DEVICES")),
                 "remove CUDA_VISIBLE_DEVICES: hpctrain pins each rank to cuda:LOCAL_RANK itself")
 
 

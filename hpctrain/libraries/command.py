@@ -1,7 +1,8 @@
 """A plain program: a PyTorch DDP script or anything torchrun can start."""
 from __future__ import annotations
 
-from ..spec import JobSpec
+import os
+
 from .base import Adapter
 
 
@@ -13,6 +14,15 @@ class Command(Adapter):
     # A plain script picks its own device; hpctrain's pin falls back to cuda:0 if masked.
     needs_all_gpus = False
     checkpoint_globs = ("checkpoints/*",)
+
+    def check(self, spec, site, where):
+        warnings = super().check(spec, site, where)
+        # No script is allowed: such a job runs a Python function (hpctrain.submit_function).
+        if spec.script and not spec.script.startswith("-") and not os.path.isabs(spec.script) \
+                and not os.path.exists(spec.script):
+            warnings.append(f"script '{spec.script}' is not found from {os.getcwd()}: it must "
+                            "exist there on the cluster, relative to the directory you submit from")
+        return warnings
 
 
 ADAPTER = Command()

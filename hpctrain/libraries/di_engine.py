@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 
+from ..errors import HpctrainError
 from .base import Adapter
 
 _MULTI_GPU = re.compile(r"multi_gpu\s*[=:]\s*True")
@@ -17,6 +18,7 @@ _MULTI_GPU = re.compile(r"multi_gpu\s*[=:]\s*True")
 
 class DiEngine(Adapter):
     name = "di_engine"
+    cpu_shims = ("torch", "di_engine")
     unset_env = ("SLURM_LOCALID", "SLURM_NTASKS")
     # ./<exp_name>/ckpt/iteration_<n>.pth.tar (rank 0, the learner's save hook). Resuming is a
     # config setting (policy.learn.learner.hook.load_ckpt_before_run), not a flag: none here.
@@ -32,6 +34,10 @@ class DiEngine(Adapter):
     def check(self, spec, site, where):
         warnings = super().check(spec, site, where)
         path = spec.config or spec.script
+        if not path:
+            raise HpctrainError("library 'di_engine' needs 'config': the DI-engine config file",
+                                where(("library",)), "add e.g. config: "
+                                "dizoo/classic_control/cartpole/config/cartpole_ppo_config.py")
         r = spec.resources
         ranks = r.nodes * (r.procs_per_node or r.gpus_per_node or 1)
         if ranks > 1 and path and os.path.isfile(path):

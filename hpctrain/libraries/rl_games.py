@@ -23,6 +23,7 @@ def overrides(args) -> dict[str, str]:
 
 class RlGames(IsaacLabAdapter):
     name = "rl_games"
+    cpu_shims = ("torch", "rl_games")
     train_dir = "rl_games"
     # examples/rl/rl_games_pendulum.py (--out defaults to the run dir): rl-games' own file names.
     checkpoint_globs = ("checkpoints/nn/*.pth",)

@@ -10,6 +10,7 @@ from .base import IsaacLabAdapter
 
 class RslRl(IsaacLabAdapter):
     name = "rsl_rl"
+    cpu_shims = ("torch", "rsl_rl")
     train_dir = "rsl_rl"
     # examples/rl/rsl_rl_pendulum.py: runner.save() names, --checkpoint PATH.
     checkpoint_globs = ("checkpoints/model_*.pt",)

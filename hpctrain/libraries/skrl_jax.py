@@ -13,6 +13,8 @@ from .base import IsaacLabAdapter
 
 class SkrlJax(IsaacLabAdapter):
     name = "skrl_jax"
+    torch_library = False
+    cpu_shims = ("jax",)
     train_dir = "skrl"
     launcher = "tasks"
     needs_all_gpus = False  # jax.distributed takes local_device_ids=JAX_LOCAL_RANK itself

@@ -68,7 +68,8 @@ def write_failing_program(tmp_path: Path, rank_variable: str) -> Path:
         f"rank = int(os.environ['{rank_variable}'])\n"
         "if rank == 1:\n"
         "    sys.exit(3)\n"
-        "time.sleep(120)  # the others would wait for their peer forever: they must be stopped\n")
+        "time.sleep(3600)  # the others would wait for their peer forever: they must be stopped\n"
+        "print('rank', rank, 'slept through')\n")
     return script
 
 
@@ -83,8 +84,8 @@ def test_failed_jax_rank_fails_the_job(cli, cluster, tmp_path):
     assert info["JobState"] == "FAILED" and info["ExitCode"] != "0:0", log
     head = re.search(r"rendezvous: (\w+):", log).group(1)
     # Block distribution: ranks 0 and 1 on the first node; the script names rank and node.
-    assert f"failed: rank 1 on {head} exited 3" in log, log
-    assert (run_dir / "status" / "rank-1.failed").is_file()
+    assert f"failure: rank 1 on {head} failed (exit status 3)" in log, log
+    assert (run_dir / "status" / "rank-1.failed.json").is_file()
 
 
 def wait_local(run_dir: Path, timeout: float = 180) -> int:
@@ -99,14 +100,13 @@ def wait_local(run_dir: Path, timeout: float = 180) -> int:
 
 def test_failed_jax_rank_fails_the_local_job(cli, tmp_path):
     script = write_failing_program(tmp_path, "JAX_RANK")
-    t0 = time.monotonic()
     proc = cli("submit", "examples/rl/skrl_jax_pendulum.yaml", "--set", "resources.nodes=1",
                "--set", f"python={sys.executable}", "--set", f"script={script}", "--set", "args=[]")
     _, run_dir = submitted(proc.stdout)
-    assert wait_local(run_dir) != 0
-    assert time.monotonic() - t0 < 60  # rank 0 was stopped, not left sleeping
+    assert wait_local(run_dir, timeout=600) != 0  # ended: rank 0 was stopped, not left sleeping
     log = (run_dir / "logs" / "job.out").read_text()
-    assert "failed: rank 1 on" in log and "exited 3" in log, log
+    assert "failure: rank 1 on" in log and "(exit status 3)" in log, log
+    assert "slept through" not in log
 
 
 def test_cartpole_ppo_on_this_machine(cli):

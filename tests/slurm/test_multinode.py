@@ -33,7 +33,7 @@ def test_two_nodes_two_ranks_allreduce(cli, cluster):
     assert sorted(r["seed"] for r in results) == ["1234", "1235", "1236", "1237"]  # global-rank offset
 
     # The run directory is enough to understand and resubmit the run.
-    for name in ("job.yaml", "job.sbatch", "bootstrap.py", "bootstrap.json", "run.json"):
+    for name in ("job.yaml", "job.sbatch", "rank/__main__.py", "bootstrap.json", "run.json"):
         assert (run_dir / name).is_file(), name
     record = json.loads((run_dir / "run.json").read_text())
     assert record["job_id"] == job_id and record["site"] == "localcluster"

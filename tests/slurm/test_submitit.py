@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import time
 
 import pytest
 
 import hpctrain
 from hpctrain.runs import indexed
+from tests.conftest import wait_for_job
+from tests.operate_helpers import WORKER
 
 pytestmark = pytest.mark.slurm
 
@@ -48,7 +51,7 @@ def _job(cluster, **values):
     return hpctrain.load_job(name="pyfn", site=cluster, seed=100, **values)
 
 
-def test_function_on_two_nodes(home, cluster):
+def test_function_on_two_nodes(cli, cluster):
     h = hpctrain.submit_function(allreduce, _job(cluster), 2.0)
     out = h.result(timeout=TIMEOUT)
     assert out["rank"] == 0
@@ -80,11 +83,20 @@ def test_function_on_two_nodes(home, cluster):
     assert (h.run_dir / "submitit" / f"{h.job_id}_submitted.pkl").exists()
     assert h.run_dir.parent.name == "pyfn"
     assert any(e["run_id"] == h.run_id and e["job_id"] == h.job_id for e in indexed())
-    again = hpctrain.handle(h.job_id)  # found later from the index, like a CLI run
+    again = hpctrain.Handle(h.job_id)  # found later from the index, like a CLI run
     assert again.run_dir == h.run_dir and again.result()["sum"] == 12.0
     # The shell sees the same run: `hpctrain status` and `list` answer for Python runs too.
     from hpctrain.operate import status
     assert status(h.run_id).state.state == "COMPLETED"
+    # Function runs write the same per-rank records as any run: logs by rank and by node work.
+    idents = {json.loads(p.read_text())["rank"]: json.loads(p.read_text())["node"]
+              for p in (h.run_dir / "status").glob("rank-*.json")}
+    assert sorted(idents) == [0, 1, 2, 3] and set(idents.values()) == set(out["hosts"])
+    assert "completed successfully" in cli("logs", h.run_id, "--rank", "2").stdout
+    node = idents[3]
+    by_node = cli("logs", h.run_id, "--node", node).stdout
+    for rank in (r for r, n in idents.items() if n == node):
+        assert f"==> rank {rank} <==" in by_node
 
 
 def test_exception_names_rank_and_node(home, cluster):
@@ -99,18 +111,31 @@ def test_exception_names_rank_and_node(home, cluster):
     assert h.status().state == "FAILED"
 
 
-def test_command_path_runs_the_job_file(home, cluster):
+def test_python_submit_is_the_clis_submit(home, cluster):
     h = hpctrain.submit("examples/ddp_check.yaml", site=cluster,
                         overrides=[f"python={sys.executable}"])
     out = h.result(timeout=TIMEOUT)
-    assert out["exit_code"] == 0
+    assert out["exit_code"] == 0 and out["job"] == h.job_id
     results = [json.loads(p.read_text()) for p in sorted((h.run_dir / "results").glob("rank-*.json"))]
     assert sorted(r["rank"] for r in results) == [0, 1, 2, 3], h.logs()
     assert {r["allreduce"] for r in results} == {6.0}
     assert len({r["host"] for r in results}) == 2
     rec = json.loads((h.run_dir / "run.json").read_text())
-    assert rec["backend"] == "submitit" and rec["kind"] == "command" and rec["script"] == "job.sbatch"
+    assert rec["backend"] == "slurm" and rec["kind"] == "command" and rec["script"] == "job.sbatch"
     assert "rendezvous: node" in h.logs()
+
+
+def test_handle_cancel_ends_the_job(home, cluster):
+    h = hpctrain.submit({"name": "handle-cancel", "script": str(WORKER), "python": sys.executable,
+                         "args": ["--seconds", "600"],
+                         "resources": {"nodes": 2, "procs_per_node": 1, "time": "00:15:00"}},
+                        site=cluster)
+    deadline = time.monotonic() + TIMEOUT
+    while h.status().state != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    h.cancel()
+    assert h.wait(timeout=120).state == "CANCELLED"
+    assert wait_for_job(h.job_id, timeout=60)["JobState"] == "CANCELLED"
 
 
 def test_user_mistakes_are_clear(home, cluster):
@@ -128,7 +153,7 @@ def test_user_mistakes_are_clear(home, cluster):
     with pytest.raises(hpctrain.HpctrainError, match="sbatch refused the job") as err:
         hpctrain.submit_function(allreduce, bad)
     assert "invalid partition" in str(err.value).lower()
-    with pytest.raises(hpctrain.HpctrainError, match="has no script"):
+    with pytest.raises(hpctrain.HpctrainError, match="has no 'script'"):
         hpctrain.submit(_job(cluster))
 
 

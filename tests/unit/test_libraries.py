@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
-from hpctrain.api import render
+from hpctrain.submission import render
 from hpctrain.errors import HpctrainError
 from hpctrain.loading import load_job
+from hpctrain.plan import make_plan
 from tests.conftest import ROOT
 
 ISAACLAB = "/opt/IsaacLab"
@@ -55,12 +56,17 @@ def split_launcher(argv: list[str], module: str):
     return opts, argv[i:]
 
 
-def program_of(argv: list[str]) -> list[str]:
-    """What the bootstrap runs: everything after `bootstrap.json --`."""
-    i = argv.index("--", next(k for k, a in enumerate(argv) if a.endswith("bootstrap.json")))
-    prog = argv[i + 1:]
+def program_of(job) -> list[str]:
+    """What the bootstrap runs (bootstrap.json's program), with the checkout's path cut off."""
+    prog = make_plan(job, "/r").bootstrap["program"]
     assert prog[0].startswith(ISAACLAB + "/")
     return [prog[0][len(ISAACLAB) + 1:], *prog[1:]]
+
+
+def rank_side(argv: list[str]) -> list[str]:
+    """The launch ends by starting the run's rank side on its bootstrap.json."""
+    assert argv[-3:] == ["$RUN_DIR/rank", "run", "$RUN_DIR/bootstrap.json"], argv
+    return argv[:-3]
 
 
 def doc_parts(doc: str, module: str):
@@ -72,10 +78,12 @@ def doc_parts(doc: str, module: str):
 @pytest.mark.parametrize("lib", ["rl_games", "rsl_rl", "skrl"])
 @pytest.mark.parametrize("nodes,doc", [(1, DOC_1), (2, DOC_2)])
 def test_torch_launch_is_isaaclabs_documented_command(lib, nodes, doc, home):
-    argv = launch_argv(render(isaac_job(lib, nodes)))
+    job = isaac_job(lib, nodes)
+    argv = launch_argv(render(job))
+    rank_side(argv)
     opts, _ = split_launcher(argv, "torch.distributed.run")
     doc_opts, doc_prog = doc_parts(doc.format(lib=lib), "torch.distributed.run")
-    assert program_of(argv) == doc_prog  # argument by argument
+    assert program_of(job) == doc_prog  # argument by argument
     assert argv[argv.index("-m") - 2:argv.index("-m")] == [f"{ISAACLAB}/isaaclab.sh", "-p"]
     for key in set(opts) | set(doc_opts):
         if key in SLURM_FILLED:
@@ -94,8 +102,9 @@ def test_jax_launch_is_skrls_launcher_equivalent(nodes, doc, home):
     job = isaac_job("skrl_jax", nodes)
     text = render(job)
     argv = launch_argv(text)
+    rank_side(argv)
     doc_opts, doc_prog = doc_parts(doc, "skrl.utils.distributed.jax")
-    assert program_of(argv) == doc_prog
+    assert program_of(job) == doc_prog
     srun = {a[2:].split("=")[0]: a.split("=", 1)[1] for a in argv[:argv.index(f"{ISAACLAB}/isaaclab.sh")]
             if a.startswith("--") and "=" in a}
     # skrl's --nnodes / --nproc_per_node are srun's node count and tasks per node.
@@ -103,7 +112,6 @@ def test_jax_launch_is_skrls_launcher_equivalent(nodes, doc, home):
     assert srun["ntasks-per-node"] == doc_opts["nproc_per_node"]
     assert srun["distribution"] == "block"  # rank 0 (the coordinator) on the first node
     # --coordinator_address=HOST:PORT is the bootstrap's JAX_COORDINATOR_ADDR/PORT, from Slurm.
-    from hpctrain.plan import make_plan
     rank_env = make_plan(job, "/r").bootstrap["rank_env"]
     assert rank_env == {"JAX_RANK": "{rank}", "JAX_LOCAL_RANK": "{local_rank}",
                         "JAX_WORLD_SIZE": "{world_size}", "JAX_COORDINATOR_ADDR": "{head}",
@@ -114,8 +122,7 @@ def test_jax_launch_is_skrls_launcher_equivalent(nodes, doc, home):
 def test_own_script_gets_only_its_args(home):
     job = load_job({"name": "p", "library": "rsl_rl", "script": "examples/rl/rsl_rl_pendulum.py",
                     "args": ["--updates", 3], "task": "Isaac-Cartpole-v0"})
-    argv = launch_argv(render(job))
-    assert argv[-3:] == ["examples/rl/rsl_rl_pendulum.py", "--updates", "3"]
+    assert make_plan(job, "/r").program == ["examples/rl/rsl_rl_pendulum.py", "--updates", "3"]
     assert any("only to Isaac Lab's train.py" in w for w in job.warnings)
 
 
@@ -123,7 +130,7 @@ def test_isaaclab_seed_and_python_from_environment(home):
     job = isaac_job("rl_games", 1, seed=7, python="$ISAACSIM_PYTHON_EXE")
     text = render(job)
     assert '"${ISAACSIM_PYTHON_EXE}" -m torch.distributed.run' in text
-    assert launch_argv(text)[-1] == "--seed=7"
+    assert make_plan(job, "/r").program[-1] == "--seed=7"
 
 
 def test_isaaclab_mode_needs_task_and_checkout(home):
@@ -177,9 +184,8 @@ def test_di_engine_launch(home, tmp_path, monkeypatch):
     assert any("multi_gpu=True" in w for w in job.warnings)
     argv = launch_argv(render(job))
     assert "torch.distributed.run" in argv and "--nproc-per-node=2" in argv
-    assert argv[-1] == "cfg.py"
-    from hpctrain.plan import make_plan
     boot = make_plan(job, "/r").bootstrap
+    assert boot["program"] == ["cfg.py"]
     assert boot["unset_env"] == ["SLURM_LOCALID", "SLURM_NTASKS"] and boot["chdir_run_dir"]
 
 

@@ -14,9 +14,11 @@ def test_wheel_ships_templates_and_sites_and_runs(tmp_path):
                     "-w", str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
     wheel = next((tmp_path / "dist").glob("hpctrain-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    assert "hpctrain/templates/job.sh.j2" in names
+    for backend in ("slurm", "local"):
+        assert f"hpctrain/templates/{backend}/job.sh.j2" in names
+    assert "hpctrain/templates/parts/rendezvous.sh.j2" in names
     assert "hpctrain/site_configs/localcluster.yaml" in names
-    assert "hpctrain/bootstrap.py" in names
+    assert "hpctrain/rank/__main__.py" in names and "hpctrain/rank/bootstrap.py" in names
 
     # A fresh venv with the wheel and its declared dependencies only, away from the source tree.
     venv = tmp_path / "venv"

@@ -1,14 +1,14 @@
 """Rendering: deterministic bytes, quoting in one place, and every script passes shellcheck."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from hpctrain.api import prepare, render
 from hpctrain.loading import load_job
+from hpctrain.plan import make_plan
+from hpctrain.submission import prepare, render
 
 BASE = {"name": "ddp-check", "library": "command", "script": "train.py",
         "args": ["--steps", "10"], "python": "python"}
@@ -22,42 +22,62 @@ SITES = {
                   "port: {fixed: 29555}\nsbatch_skip: [mem]\n",
 }
 
-# (site, extra job values): a matrix over launch shapes and site styles.
-MATRIX = [
-    ("local", {}),
-    ("local", {"resources": {"procs_per_node": 2}}),
-    ("localcluster", {"resources": {"nodes": 1}}),
-    ("localcluster", {"resources": {"nodes": 2, "procs_per_node": 2}}),
-    ("slurm-generic", {"resources": {"nodes": 4, "gpus_per_node": 8, "exclusive": True},
-                       "secrets": ["WANDB_API_KEY"], "env": {"WANDB_PROJECT": "it's quoted"}}),
-    ("ib-suffix.yaml", {"resources": {"nodes": 2, "gpus_per_node": 4, "mem": "64G"},
-                        "python": "/opt/isaaclab/isaaclab.sh -p", "args": ["--task", "Isaac Cartpole; rm -rf /"]}),
-    ("iface.yaml", {"resources": {"nodes": 3, "gpus_per_node": 2, "account": "rl", "qos": "high"},
-                    "setup": ["ulimit -n 65536"]}),
+# id -> (site, extra job values): a matrix over launch shapes, site styles, every library, the
+# survive switches and sweeps. Each entry has a reviewed golden file: tests/golden/<id>.sh.
+MATRIX = {
+    "local-1x1": ("local", {}),
+    "local-1x2": ("local", {"resources": {"procs_per_node": 2}}),
+    "cluster-1x1": ("localcluster", {"resources": {"nodes": 1}}),
+    "cluster-2x2": ("localcluster", {"resources": {"nodes": 2, "procs_per_node": 2}}),
+    "generic-4x8-gpus-secrets": ("slurm-generic", {
+        "resources": {"nodes": 4, "gpus_per_node": 8, "exclusive": True},
+        "secrets": ["WANDB_API_KEY"], "env": {"WANDB_PROJECT": "it's quoted"}}),
+    "suffix-2x4-gres-isaac-python": ("ib-suffix.yaml", {
+        "resources": {"nodes": 2, "gpus_per_node": 4, "mem": "64G"},
+        "python": "/opt/isaaclab/isaaclab.sh -p", "args": ["--task", "Isaac Cartpole; rm -rf /"]}),
+    "iface-3x2-fixed-port": ("iface.yaml", {
+        "resources": {"nodes": 3, "gpus_per_node": 2, "account": "rl", "qos": "high"},
+        "setup": ["ulimit -n 65536"]}),
     # The survive switches (hpctrain/survive.py): each one changes what the script holds.
-    ("localcluster", {"resources": {"nodes": 2}, "preemption": {"enabled": False}}),
-    ("localcluster", {"resources": {"nodes": 2}, "preemption": {"requeue": False, "signal": "TERM"}}),
-    ("localcluster", {"resources": {"nodes": 2}, "launcher": {"preflight": False, "max_restarts": 2}}),
-    ("localcluster", {"resources": {"nodes": 1}, "launcher": {"preflight": True, "max_restarts": 1}}),
-    ("slurm-generic", {"resources": {"nodes": 2, "gpus_per_node": 4},
-                       "launcher": {"preflight": True, "preflight_timeout": 30},
-                       "preemption": {"signal": "USR1", "lead_time": 300, "grace": 200}}),
-]
+    "cluster-2x1-no-preemption": ("localcluster", {"resources": {"nodes": 2},
+                                                   "preemption": {"enabled": False}}),
+    "cluster-2x1-term-no-requeue": ("localcluster", {"resources": {"nodes": 2},
+                                                     "preemption": {"requeue": False, "signal": "TERM"}}),
+    "cluster-2x1-no-preflight-restarts": ("localcluster", {
+        "resources": {"nodes": 2}, "launcher": {"preflight": False, "max_restarts": 2}}),
+    "cluster-1x1-preflight-restart": ("localcluster", {
+        "resources": {"nodes": 1}, "launcher": {"preflight": True, "max_restarts": 1}}),
+    "generic-2x4-usr1": ("slurm-generic", {
+        "resources": {"nodes": 2, "gpus_per_node": 4},
+        "launcher": {"preflight": True, "preflight_timeout": 30},
+        "preemption": {"signal": "USR1", "lead_time": 300, "grace": 200}}),
+    # Sweeps: one job array (Slurm) or K at a time on this machine.
+    "cluster-sweep": ("localcluster", {"sweep": {"grid": {"env.LR": ["0.1", "0.01"]},
+                                                 "seeds": [1, 2], "parallel": 3}}),
+    "local-sweep": ("local", {"sweep": {"seeds": [1, 2, 3], "parallel": 2}}),
+}
 # Every RL library: Isaac Lab's train.py and an own script, one and several nodes, local and Slurm.
 _ISAAC = {"script": None, "args": [], "task": "Isaac-Cartpole-v0", "isaaclab": "/opt/Isaac Lab"}
 for _lib in ("rl_games", "rsl_rl", "skrl", "skrl_jax"):
-    MATRIX += [
-        ("local", {"library": _lib, "resources": {"procs_per_node": 2}}),
-        ("localcluster", {"library": _lib, "resources": {"nodes": 2, "procs_per_node": 2}}),
-        ("ib-suffix.yaml", {"library": _lib, "resources": {"nodes": 2, "gpus_per_node": 4}, **_ISAAC}),
-        ("slurm-generic", {"library": _lib, "resources": {"nodes": 1, "gpus_per_node": 2},
-                           "python": "$ISAACSIM_PYTHON_EXE", "seed": 3, **_ISAAC}),
-    ]
-MATRIX += [
-    ("local", {"library": "di_engine", "script": None, "config": "cfg.py", "resources": {"procs_per_node": 2}}),
-    ("localcluster", {"library": "di_engine", "script": None, "config": "cfg.py",
-                      "resources": {"nodes": 2, "procs_per_node": 2}}),
-]
+    MATRIX.update({
+        f"{_lib}-local-1x2": ("local", {"library": _lib, "resources": {"procs_per_node": 2}}),
+        f"{_lib}-cluster-2x2": ("localcluster", {"library": _lib,
+                                                 "resources": {"nodes": 2, "procs_per_node": 2}}),
+        f"{_lib}-isaac-suffix-2x4": ("ib-suffix.yaml", {
+            "library": _lib, "resources": {"nodes": 2, "gpus_per_node": 4}, **_ISAAC}),
+        f"{_lib}-isaac-generic-1x2-envpython": ("slurm-generic", {
+            "library": _lib, "resources": {"nodes": 1, "gpus_per_node": 2},
+            "python": "$ISAACSIM_PYTHON_EXE", "seed": 3, **_ISAAC}),
+    })
+MATRIX.update({
+    "di_engine-local-1x2": ("local", {"library": "di_engine", "script": None, "config": "cfg.py",
+                                      "resources": {"procs_per_node": 2}}),
+    "di_engine-cluster-2x2": ("localcluster", {"library": "di_engine", "script": None,
+                                               "config": "cfg.py",
+                                               "resources": {"nodes": 2, "procs_per_node": 2}}),
+})
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+WORKDIR = "/work/job"  # the directory jobs are loaded in, as the golden files show it
 
 
 @pytest.fixture
@@ -69,31 +89,47 @@ def site_dir(tmp_path, monkeypatch):
 
 
 def job_for(site, extra):
-    data = dict(BASE)
+    data = dict(BASE, runs_dir="/runs")
     for k, v in extra.items():
         data[k] = v
     return load_job(data, site=site)
 
 
-@pytest.mark.parametrize("site,extra", MATRIX)
-def test_deterministic(site, extra, site_dir, home):
-    assert render(job_for(site, extra)) == render(job_for(site, extra))
+def rendered(case: str, site_dir) -> str:
+    site, extra = MATRIX[case]
+    return render(job_for(site, extra)).replace(str(site_dir), WORKDIR)
 
 
-@pytest.mark.skipif(not shutil.which("shellcheck"), reason="shellcheck is installed by scripts/install-system-deps.sh")
-@pytest.mark.parametrize("site,extra", MATRIX)
-def test_shellcheck_clean(site, extra, site_dir, home, tmp_path):
+@pytest.mark.parametrize("case", MATRIX)
+def test_matches_golden(case, site_dir, home, update_golden):
+    """Every rendered script is reviewed: a change shows as a diff of tests/golden/ in the commit
+    (regenerate with `pytest tests/unit/test_render.py --update-golden`)."""
+    text = rendered(case, site_dir)
+    path = GOLDEN / f"{case}.sh"
+    if update_golden:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}: run pytest --update-golden and review it"
+    assert text == path.read_text(), f"{case} differs from {path}: run pytest --update-golden and review the diff"
+
+
+@pytest.mark.parametrize("case", MATRIX)
+def test_deterministic(case, site_dir, home):
+    assert rendered(case, site_dir) == rendered(case, site_dir)
+
+
+@pytest.mark.parametrize("case", MATRIX)
+def test_shellcheck_clean(case, site_dir, home, tmp_path):
     script = tmp_path / "job.sh"
-    script.write_text(render(job_for(site, extra)))
+    script.write_text(rendered(case, site_dir))
     proc = subprocess.run(["shellcheck", "--severity=style", "--shell=bash", str(script)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
 
 
-PACKAGED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "hpctrain" / "site_configs").glob("*.yaml"))
+PACKAGED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "site_configs").glob("*.yaml"))
 
 
-@pytest.mark.skipif(not shutil.which("shellcheck"), reason="shellcheck is installed by scripts/install-system-deps.sh")
 @pytest.mark.parametrize("site,nodes", [(s, n) for s in PACKAGED for n in (1, 2)
                                         if not (s == "local" and n > 1)])  # local: one node by definition
 def test_packaged_sites_render_clean(site, nodes, home, tmp_path):
@@ -105,43 +141,10 @@ def test_packaged_sites_render_clean(site, nodes, home, tmp_path):
     assert proc.returncode == 0, proc.stdout
 
 
-def test_user_values_are_quoted(site_dir, home):
-    text = render(job_for("ib-suffix.yaml", MATRIX[5][1]))
-    assert "'Isaac Cartpole; rm -rf /'" in text
-    assert "/opt/isaaclab/isaaclab.sh -p -m torch.distributed.run" in text
-    assert "#SBATCH --gres=gpu:a100:4" in text and "--gres=gpu:a100:4 --kill-on-bad-exit=1" in text
-    assert 'HEAD="${FIRST}"-ib' in text
-    assert "#SBATCH --reservation=rl" in text and "module load cuda/12.4" in text
-
-
 def test_secret_names_only(site_dir, home, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "s3cr3t-value")
-    text = render(job_for("slurm-generic", MATRIX[4][1]))
+    text = rendered("generic-4x8-gpus-secrets", site_dir)
     assert "WANDB_API_KEY" in text and "s3cr3t-value" not in text
-    assert "export WANDB_PROJECT='it'\"'\"'s quoted'" in text
-
-
-def test_multinode_launch_shape(site_dir, home):
-    text = render(job_for("localcluster", {"resources": {"nodes": 2, "procs_per_node": 2}}))
-    assert "srun --nodes=\"$NNODES\" --ntasks=\"$NNODES\" --ntasks-per-node=1" in text
-    assert "--kill-on-bad-exit=1" in text
-    assert '--rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$SLURM_JOB_ID"' in text
-    assert text.count("--rdzv-conf=\"") == 1 and "join_timeout=" in text and "last_call_timeout=" in text
-    assert "--node-rank" not in text and "--node_rank" not in text  # inert with c10d, hangs at worst
-    assert "PORT=$(( 61000 + 2 * (SLURM_JOB_ID % 2268) ))" in text  # above the ephemeral range
-    assert "localhost" not in text.split("# --- rendezvous")[1].split("# --- launch")[0]
-    assert "127.*) die" in text
-
-
-def test_single_node_is_standalone(site_dir, home):
-    text = render(job_for("localcluster", {"resources": {"nodes": 1, "procs_per_node": 2}}))
-    assert "--standalone --nnodes=1 --nproc-per-node=2" in text and "--rdzv-endpoint" not in text
-
-
-def test_interface_head_and_fixed_port(site_dir, home):
-    text = render(job_for("iface.yaml", MATRIX[6][1]))
-    assert "ip -o -4 addr show dev ib0" in text and "PORT=29555" in text
-    assert "#SBATCH --mem" not in text  # skipped by the site
 
 
 def test_dry_run_is_what_is_submitted(site_dir, home):
@@ -149,26 +152,30 @@ def test_dry_run_is_what_is_submitted(site_dir, home):
     prep = prepare(job, run_id="fixed")
     assert prep.submit_command == ["sbatch", "--parsable", str(prep.run_dir / "job.sbatch")]
     assert prep.script == prepare(job, run_id="fixed").script
-    assert f"#SBATCH --output={prep.run_dir}/logs/slurm-%j.out" in prep.script
+
+
+def test_program_reaches_the_bootstrap_byte_exact(site_dir, home):
+    """The program and its arguments travel in bootstrap.json, not through the shell or
+    torchrun's argv (which rewrites ${local_rank} and friends)."""
+    args = ["$$", "${local_rank}", "$local_rank", "a b", "'\"", "*", "--x=`id`"]
+    plan = make_plan(job_for("localcluster", {"resources": {"nodes": 2}, "args": args}), "/runs/x")
+    assert plan.bootstrap["program"] == ["train.py", *args]
 
 
 def test_torchrun_restarts_get_a_fresh_store_per_attempt(site_dir, home):
     # torch 2.13 keeps one agent store for the whole job; restarted ranks would read the dead
     # attempt's keys (hpctrain/survive.py, "torchrun's restarts").
-    with_restarts = render(job_for("localcluster", {"resources": {"nodes": 2},
-                                                    "launcher": {"max_restarts": 1}}))
-    assert "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in with_restarts
-    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in render(job_for("localcluster", {
-        "resources": {"nodes": 2}}))
-    # The job's own choice wins.
-    own = render(job_for("localcluster", {"resources": {"nodes": 2}, "launcher": {"max_restarts": 1},
-                                          "env": {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}}))
-    assert "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0" in own and "=1" not in own.split(
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")[1][:3]
+    with_restarts = make_plan(job_for("localcluster", {"resources": {"nodes": 2},
+                                                       "launcher": {"max_restarts": 1}}), "/r")
+    assert with_restarts.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in make_plan(job_for("localcluster", {
+        "resources": {"nodes": 2}}), "/r").env
+    own = make_plan(job_for("localcluster", {"resources": {"nodes": 2}, "launcher": {"max_restarts": 1},
+                                             "env": {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}}), "/r")
+    assert own.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"  # the job's own choice wins
 
 
 def test_rank_check_follows_preflight(site_dir, home):
-    from hpctrain.plan import make_plan
     plan = make_plan(job_for("localcluster", {"resources": {"nodes": 2},
                                               "launcher": {"preflight_timeout": 25}}), "/runs/x")
     assert plan.bootstrap["rank_check_timeout"] == 25
@@ -177,12 +184,14 @@ def test_rank_check_follows_preflight(site_dir, home):
     assert off.bootstrap["rank_check_timeout"] is None
     single = make_plan(job_for("localcluster", {"resources": {"nodes": 1}}), "/runs/x")
     assert single.bootstrap["rank_check_timeout"] is None  # preflight is off by default on 1 node
+    jax = make_plan(job_for("localcluster", {"library": "skrl_jax", "resources": {"nodes": 2}}), "/r")
+    assert jax.bootstrap["rank_check_timeout"] is None  # no torch store for a JAX job
 
 
-def test_stale_rank_identity_from_the_submitting_shell_is_cleared(site_dir, home):
-    text = render(job_for("localcluster", {"resources": {"nodes": 2}}))
-    env_part = text.split("# --- environment")[1]
-    unset = env_part.split("\ncd ")[0]
-    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "JAX_WORLD_SIZE", "JAX_COORDINATOR_ADDR",
-                 "HPCTRAIN_SEED", "HPCTRAIN_RESUME_FROM"):
-        assert f" {name} " in unset.replace("\\\n", " ") + " ", name
+def test_directive_table_is_ordered_and_keyed(site_dir, home):
+    plan = make_plan(job_for("ib-suffix.yaml", {"resources": {"nodes": 2, "gpus_per_node": 4,
+                                                              "mem": "64G"}}), "/runs/x")
+    keys = [k for k, _ in plan.directives]
+    assert keys[:5] == ["job-name", "nodes", "ntasks-per-node", "cpus-per-task", "gres"]
+    assert keys[-1] == "reservation"  # the site's extras come last
+    assert dict(plan.directives)["gres"] == "gpu:a100:4" and plan.gpus == ("gres", "gpu:a100:4")

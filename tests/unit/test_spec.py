@@ -81,7 +81,7 @@ def test_site_limits(tmp_path, home):
 
 def test_local_site_is_one_node(tmp_path, home):
     err = error_of(write(tmp_path, GOOD.replace("site: localcluster", "site: local")))
-    assert "must be 1" in err.what and "Slurm site" in err.fix
+    assert "must be 1" in err.what and "cluster site" in err.fix
 
 
 def test_yaml_syntax_error_has_line(tmp_path, home):

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 import hpctrain
-from hpctrain.api import prepare
+from hpctrain.submission import prepare
 from hpctrain.backends.submitit import local_parameters, slurm_parameters
 
 
@@ -28,16 +28,16 @@ def gres_site(tmp_path, monkeypatch):
     return "gpusite"
 
 
-def _params(job, kind):
-    plan = prepare(job, run_id="RUN_ID").plan
-    return slurm_parameters(job, plan, kind=kind), plan
+def _params(job):
+    plan = prepare(job, run_id="RUN_ID", for_function=True).plan
+    return slurm_parameters(plan), plan
 
 
 def test_function_is_one_task_per_rank(home, gres_site):
     job = hpctrain.load_job(name="f", site=gres_site, resources={
         "nodes": 3, "gpus_per_node": 4, "cpus_per_proc": 8, "time": "1-02:00:30", "mem": "200G",
         "account": "proj", "qos": "high", "partition": "gpu", "exclusive": True})
-    p, _ = _params(job, "function")
+    p, _ = _params(job)
     assert p["nodes"] == 3 and p["ntasks_per_node"] == 4 and p["cpus_per_task"] == 8
     assert p["time"] == 26 * 60 + 1  # minutes, rounded up as Slurm does
     assert p["gres"] == "gpu:a100:4" and "gpus_per_node" not in p  # the site's GPU style
@@ -47,18 +47,10 @@ def test_function_is_one_task_per_rank(home, gres_site):
     assert p["signal_delay_s"] == 120 and p["job_name"] == "f"
 
 
-def test_command_is_one_task_per_node_without_srun(home, gres_site):
-    job = hpctrain.load_job(name="c", script="train.py", site=gres_site,
-                            resources={"nodes": 2, "gpus_per_node": 2, "cpus_per_proc": 4})
-    p, plan = _params(job, "command")
-    assert p["ntasks_per_node"] == 1 and p["cpus_per_task"] == 8 == plan.cpus_per_task
-    assert p["use_srun"] is False and "srun_args" not in p
-
-
 def test_gpus_per_node_style_and_mem(home):
     job = hpctrain.load_job(name="g", site="slurm-generic",
                             resources={"gpus_per_node": 2, "mem": "64G"})
-    p, _ = _params(job, "function")
+    p, _ = _params(job)
     assert p["gpus_per_node"] == "2" and "gres" not in p
     assert p["additional_parameters"] == {"mem": "64G"}  # Slurm's string, not submitit's GB float
 
@@ -68,7 +60,7 @@ def test_submitit_accepts_the_parameters(home, gres_site):
     submitit = pytest.importorskip("submitit")
     from submitit.slurm.slurm import _make_sbatch_string
     job = hpctrain.load_job(name="f", site=gres_site, resources={"nodes": 2, "gpus_per_node": 2})
-    p, _ = _params(job, "function")
+    p, _ = _params(job)
     text = _make_sbatch_string(command="python -m x", folder="/tmp/x", **p)
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2", "#SBATCH --gres=gpu:a100:2",
                  "#SBATCH --reservation=rl", "#SBATCH --requeue", "--kill-on-bad-exit=1"):
@@ -79,8 +71,8 @@ def test_submitit_accepts_the_parameters(home, gres_site):
 
 def test_local_parameters(home):
     job = hpctrain.load_job(name="l", site="local", resources={"procs_per_node": 2})
-    plan = prepare(job, run_id="RUN_ID").plan
-    p = local_parameters(job, plan, kind="function")
+    plan = prepare(job, run_id="RUN_ID", for_function=True).plan
+    p = local_parameters(job, plan)
     assert p["tasks_per_node"] == 2 and p["nodes"] == 1 and p["timeout_min"] == 60
 
 
@@ -95,14 +87,14 @@ def test_import_stays_cheap():
 def test_function_job_needs_no_script_but_command_does(home):
     job = hpctrain.load_job(name="f")
     assert job.warnings == ()
-    with pytest.raises(hpctrain.HpctrainError, match="has no script"):
+    with pytest.raises(hpctrain.HpctrainError, match="has no 'script'"):
         hpctrain.submit(job)
     with pytest.raises(hpctrain.HpctrainError, match="needs a callable"):
         hpctrain.submit_function("not a function", job)
 
 
 def test_describe_callable_records_source(home):
-    from hpctrain.python_api import describe_callable
+    from hpctrain.backends.submitit import describe_callable  # noqa: F401 (below)
     info = describe_callable(test_local_parameters)
     assert info["module"] == __name__ and info["qualname"] == "test_local_parameters"
     assert info["source_file"] == __file__ and len(info["source_sha256"]) == 64

@@ -1,7 +1,7 @@
 """Sweeps: expansion order, keys that may not vary, site limits, the array script."""
 import pytest
 
-from hpctrain.api import prepare
+from hpctrain.submission import prepare
 from hpctrain.errors import HpctrainError
 from hpctrain.loading import load_job
 
@@ -17,8 +17,9 @@ def test_grid_times_variants_times_seeds(home):
     prep = prepare(job({"grid": {"env.LR": [0.1, 0.01], "args": [["--a"], ["--b"]]},
                         "variants": [{"env.ALGO": "ppo"}], "seeds": [1, 2], "parallel": 3}))
     assert len(prep.tasks) == 8 and prep.parallel == 3
-    assert prep.task_values[0] == {"env.LR": 0.1, "args": ["--a"], "env.ALGO": "ppo", "seed": 1}
-    assert prep.task_values[-1] == {"env.LR": 0.01, "args": ["--b"], "env.ALGO": "ppo", "seed": 2}
+    values = [t.values for t in prep.job.tasks]
+    assert values[0] == {"env.LR": 0.1, "args": ["--a"], "env.ALGO": "ppo", "seed": 1}
+    assert values[-1] == {"env.LR": 0.01, "args": ["--b"], "env.ALGO": "ppo", "seed": 2}
     t7 = prep.tasks[7]
     assert t7.plan.env["LR"] == "0.01" and t7.plan.env["ALGO"] == "ppo"
     assert t7.plan.bootstrap["seed"] == 2 and t7.plan.program[-1] == "--b"

@@ -1,0 +1,205 @@
+"""Slurm's view of a job: the one place that parses squeue, scontrol and sacct output.
+
+Sources, best first: `squeue --json` (Slurm >= 21.08; keeps finished jobs for MinJobAge seconds),
+`scontrol -o show job` (any Slurm), `sacct -P` (only where accounting is enabled: it alone
+remembers jobs older than MinJobAge). Tested against Slurm 22.05.8's real output
+(tests/unit/fixtures/slurm-22.05/). Notes on 22.05:
+- `squeue --json --jobs=X` ignores the filter and returns every job: we filter ourselves.
+- squeue's `exit_code` is the raw wait status (3 << 8 for `exit 3`); scontrol's is "3:0".
+- A pending array prints one record for all its pending tasks ("1-3%1"); a pending task that is
+  cancelled vanishes from every record.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Record:
+    """One Slurm job record: a plain job, one array task, or an array's pending remainder."""
+    job_id: str  # Slurm's own id of this record
+    array_job_id: str | None = None
+    task: int | None = None  # this record's array index
+    pending_tasks: tuple[int, ...] = ()  # the array's tasks this (pending) record stands for
+    state: str = "UNKNOWN"
+    reason: str | None = None
+    exit_code: int | None = None  # the shell's view: 0-255, 128+N for a signal
+    nodes: str | None = None
+    node_count: int | None = None
+    start: float | None = None  # epoch seconds
+    end: float | None = None
+    restarts: int = 0
+
+    @property
+    def name(self) -> str:
+        """How Slurm names it to users: 1234, 1234_5, 1234_[1-3%1]."""
+        if self.array_job_id and self.task is not None:
+            return f"{self.array_job_id}_{self.task}"
+        if self.array_job_id and self.pending_tasks:
+            return f"{self.array_job_id}_[{compress(self.pending_tasks)}]"
+        return self.job_id
+
+    def elapsed(self, now: float | None = None) -> int | None:
+        if not self.start or self.state == "PENDING":
+            return None
+        end = self.end if self.end and self.state not in ("RUNNING", "COMPLETING") else (now or time.time())
+        return max(0, int(end - self.start))
+
+
+def expand_tasks(text: str) -> tuple[int, ...]:
+    """Slurm's array index expression ("0-3%2", "1,4-6", "0-10:2") -> the indices."""
+    text = text.split("%", 1)[0].strip("[]")
+    out: list[int] = []
+    for part in filter(None, text.split(",")):
+        rng, _, step = part.partition(":")
+        lo, _, hi = rng.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1, int(step or 1)))
+    return tuple(out)
+
+
+def compress(tasks) -> str:
+    tasks = sorted(tasks)
+    parts, i = [], 0
+    while i < len(tasks):
+        j = i
+        while j + 1 < len(tasks) and tasks[j + 1] == tasks[j] + 1:
+            j += 1
+        parts.append(str(tasks[i]) if i == j else f"{tasks[i]}-{tasks[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def _wait_status(raw: int | None) -> int | None:
+    """A raw wait status as the shell reports it: exit N -> N, killed by signal S -> 128+S."""
+    if raw is None:
+        return None
+    sig = raw & 0x7F
+    return 128 + sig if sig else (raw >> 8) & 0xFF
+
+
+def _none(value) -> str | None:
+    return None if value in (None, "", "None", "(null)") else str(value)
+
+
+# ----------------------------------------------------------------------------- squeue --json
+
+def squeue_errors(text: str) -> list[str]:
+    """What `squeue --json` reports in its "errors" list (it exits 0 even when it could not
+    reach the controller: "slurm_load_jobs: Unable to contact slurm controller")."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return ["squeue --json printed no JSON"]
+    out = []
+    for e in data.get("errors") or []:
+        if isinstance(e, dict):
+            parts = [str(e.get(k)) for k in ("source", "description", "error") if e.get(k)]
+            out.append(": ".join(parts) or str(e))
+        else:
+            out.append(str(e))
+    return out
+
+
+def parse_squeue_json(text: str) -> list[Record]:
+    data = json.loads(text)
+    out = []
+    for j in data.get("jobs", []):
+        array = j.get("array_job_id") or 0
+        task = j.get("array_task_id")
+        pending = expand_tasks(j["array_task_string"]) if array and task is None and \
+            j.get("array_task_string") else ()
+        out.append(Record(
+            job_id=str(j["job_id"]), array_job_id=str(array) if array else None, task=task,
+            pending_tasks=pending, state=j.get("job_state") or "UNKNOWN",
+            reason=_none(j.get("state_reason")), exit_code=_wait_status(j.get("exit_code")),
+            nodes=_none(j.get("nodes")), node_count=j.get("node_count"),
+            start=j.get("start_time") or None, end=j.get("end_time") or None,
+            restarts=j.get("restart_cnt") or 0))
+    return out
+
+
+# ----------------------------------------------------------------------------- scontrol -o
+
+def parse_scontrol_line(line: str) -> dict[str, str]:
+    """One `scontrol -o show job` line -> Key: Value. Values hold no spaces except in a few
+    fields we do not read (Command, WorkDir, Comment come late and are split harmlessly)."""
+    out: dict[str, str] = {}
+    for token in line.split():
+        key, sep, value = token.partition("=")
+        if sep and key not in out:
+            out[key] = value
+    return out
+
+
+def _scontrol_time(text: str | None) -> float | None:
+    if not text or text in ("Unknown", "None", "N/A"):
+        return None
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def _exit_pair(text: str | None) -> int | None:
+    """scontrol/sacct "status:signal" -> the shell's view."""
+    if not text:
+        return None
+    status, _, sig = text.partition(":")
+    if sig.isdigit() and int(sig):
+        return 128 + int(sig)
+    return int(status) if status.isdigit() else None
+
+
+def parse_scontrol(text: str) -> list[Record]:
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        f = parse_scontrol_line(line)
+        array = _none(f.get("ArrayJobId"))
+        task_text = f.get("ArrayTaskId", "")
+        task = int(task_text) if task_text.isdigit() else None
+        pending = expand_tasks(task_text) if array and task is None and task_text else ()
+        out.append(Record(
+            job_id=f.get("JobId", "?"), array_job_id=array, task=task, pending_tasks=pending,
+            state=f.get("JobState", "UNKNOWN"), reason=_none(f.get("Reason")),
+            exit_code=_exit_pair(f.get("ExitCode")), nodes=_none(f.get("NodeList")),
+            node_count=int(f["NumNodes"].split("-")[0]) if f.get("NumNodes", "").split("-")[0].isdigit() else None,
+            start=_scontrol_time(f.get("StartTime")), end=_scontrol_time(f.get("EndTime")),
+            restarts=int(f.get("Restarts") or 0)))
+    return out
+
+
+# ----------------------------------------------------------------------------- sacct -P
+
+SACCT_FIELDS = "JobID,State,ExitCode,NodeList,NNodes,Start,End,Reason"
+
+
+def parse_sacct(text: str) -> list[Record]:
+    """`sacct -X -P -n -o SACCT_FIELDS` lines: "1234_5|COMPLETED|0:0|node1|1|2024-…|…|None"."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 8:
+            continue
+        jid, state, code, nodes, nn, start, end, reason = parts[:8]
+        base, _, task = jid.partition("_")
+        rec = Record(job_id=jid, state=state.split()[0] if state else "UNKNOWN",
+                     reason=_none(reason), exit_code=_exit_pair(code),
+                     nodes=_none(nodes) if nodes != "None assigned" else None,
+                     node_count=int(nn) if nn.isdigit() else None,
+                     start=_scontrol_time(start), end=_scontrol_time(end))
+        if task.isdigit():
+            rec.array_job_id, rec.task = base, int(task)
+        elif task:
+            rec.array_job_id, rec.pending_tasks = base, expand_tasks(task)
+        out.append(rec)
+    return out
+
+
+# ----------------------------------------------------------------------------- filtering
+
+def belongs(rec: Record, job_id: str) -> bool:
+    return rec.job_id == job_id or rec.array_job_id == job_id

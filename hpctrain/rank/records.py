@@ -1,0 +1,337 @@
+"""The run directory's records, as typed structures: the one place that defines and reads them.
+
+    run.json                 RunRecord      what was submitted, where, and what became of it
+    bootstrap.json           RankConfig     what every rank's bootstrap does (written at submit)
+    status/rank-R.json       RankIdentity   written by rank R at start: node, pid
+    status/rank-R.failed.json RankFailure   written by rank R when its program failed
+    status/failure.json      JobFailure     written by the batch shell when the job failed
+
+Standard library only: the ranks write these (under whatever interpreter the job uses) and the
+submitting side reads them. A record that is not valid JSON, or holds a value of the wrong type,
+raises RecordError naming the file — a corrupt file is reported, never half-read.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import glob
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class RecordError(ValueError):
+    """A record file that cannot be read as what it should be."""
+
+
+# ----------------------------------------------------------------------------- typing
+
+_TYPES: dict[str, tuple] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
+                            "list": (list,), "dict": (dict,), "Any": (object,)}
+
+
+def _accepts(annotation: str, value: Any) -> bool:
+    """Whether `value` fits a field annotation as written in this module ('int | None', ...)."""
+    for part in annotation.split("|"):
+        name = part.strip().split("[", 1)[0]
+        if name == "None":
+            if value is None:
+                return True
+            continue
+        types = _TYPES[name]
+        # bool is an int in Python; a record's int field must not take true/false.
+        if isinstance(value, bool) and bool not in types and name != "Any":
+            continue
+        if isinstance(value, types):
+            return True
+    return False
+
+
+def _build(cls, data: Any, source: str):
+    if not isinstance(data, dict):
+        raise RecordError(f"{source}: expected a JSON object, found {type(data).__name__}")
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise RecordError(f"{source}: the key '{f.name}' is missing")
+            continue
+        value = data[f.name]
+        if not _accepts(f.type, value):
+            raise RecordError(f"{source}: '{f.name}' is {type(value).__name__} "
+                              f"{json.dumps(value)[:60]}, expected {f.type}")
+        values[f.name] = value
+    # Keys this version does not know (a newer hpctrain wrote the file) are kept aside, not lost.
+    extra = {k: v for k, v in data.items() if k not in values and k not in _names(cls)}
+    obj = cls(**values)
+    if extra and hasattr(obj, "extra"):
+        obj.extra = extra
+    return obj
+
+
+def _names(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def read_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except UnicodeDecodeError:
+        raise RecordError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise RecordError(f"{path}: nested too deeply") from None
+
+
+def write_json(path: str, data: Any, indent: int | None = 2) -> None:
+    """Write atomically: a reader sees the old file or the new one, never half of one."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=indent, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _asdict(obj) -> dict:
+    out = dataclasses.asdict(obj)
+    out.pop("extra", None)
+    out.update(getattr(obj, "extra", None) or {})
+    return out
+
+
+def now(timespec: str = "seconds") -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec=timespec)
+
+
+# ----------------------------------------------------------------------------- bootstrap.json
+
+@dataclass
+class RankConfig:
+    """bootstrap.json: everything a rank's bootstrap needs, decided at submit time (plan.py)."""
+    program: list = field(default_factory=list)  # [script or -m module, *args], byte-exact
+    library: str = "command"
+    cpu_mode: str = "auto"  # auto | on | off
+    cpu_shims: list = field(default_factory=list)  # names in rank/cpu_shims.SHIMS
+    seed: int | None = None
+    threads_from_env: bool = False  # the job set OMP_NUM_THREADS itself
+    collective_timeout: int | None = None
+    launcher: str = "torchrun"  # torchrun | tasks
+    rank_env: dict = field(default_factory=dict)  # NAME -> template over the rank's identity
+    unset_env: list = field(default_factory=list)
+    chdir_run_dir: bool = False
+    env: dict = field(default_factory=dict)  # the site's set (NCCL ...), applied first
+    preempt_signal: str | None = None  # USR2, TERM, ...
+    checkpoint_patterns: list = field(default_factory=list)
+    resume_args: list = field(default_factory=list)
+    rank_check_timeout: float | None = None  # the preflight's rank meeting; None: none
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str) -> "RankConfig":
+        return _build(cls, read_json(path), path)
+
+    def to_dict(self) -> dict:
+        return _asdict(self)
+
+
+# ----------------------------------------------------------------------------- per rank
+
+@dataclass
+class RankIdentity:
+    """status/rank-R.json: which node and process a rank is, so logs and cancel find it."""
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node: str
+    pid: int = 0
+    started: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return _asdict(self)
+
+
+@dataclass
+class RankFailure:
+    """status/rank-R.failed.json: why rank R's program failed (the last attempt's error)."""
+    rank: int
+    node: str
+    exit_status: int
+    error: str
+    job_restart: int = 0
+    torchrun_restart: int = 0
+    time: str = ""  # UTC, milliseconds: the first failure (the cause) sorts before its effects
+    task: int | None = None  # a sweep's task, filled in by the reader
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return _asdict(self)
+
+
+@dataclass
+class JobFailure:
+    """status/failure.json: why the job ended without success, written by the batch shell."""
+    reason: str  # ranks | preflight | preempted | ...
+    exit_status: int
+    message: str
+    ranks: list = field(default_factory=list)  # RankFailure dicts
+    job_id: str | None = None
+    job_restart: int = 0
+    node: str | None = None
+    time: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return _asdict(self)
+
+
+def _status_dirs(run_dir: str) -> list[tuple[int | None, str]]:
+    """(task, status dir) of a run: its own, and each sweep task's."""
+    out: list[tuple[int | None, str]] = [(None, os.path.join(run_dir, "status"))]
+    for d in glob.glob(os.path.join(run_dir, "tasks", "*", "status")):
+        task = os.path.basename(os.path.dirname(d))
+        if task.isdigit():
+            out.append((int(task), d))
+    return sorted(out, key=lambda t: -1 if t[0] is None else t[0])
+
+
+_RANK_FILE = re.compile(r"^rank-(\d+)\.json$")
+_FAILED_FILE = re.compile(r"^rank-(\d+)\.failed\.json$")
+
+
+def _rank_files(status_dir: str, pattern: re.Pattern) -> list[tuple[int, str]]:
+    try:
+        names = os.listdir(status_dir)
+    except OSError:
+        return []
+    out = [(int(m.group(1)), os.path.join(status_dir, n)) for n in names if (m := pattern.match(n))]
+    return sorted(out)
+
+
+def identity_path(status_dir: str, rank: int) -> str:
+    return os.path.join(status_dir, f"rank-{rank}.json")
+
+
+def failure_path(status_dir: str, rank: int) -> str:
+    return os.path.join(status_dir, f"rank-{rank}.failed.json")
+
+
+def write_identity(status_dir: str, ident: RankIdentity) -> None:
+    os.makedirs(status_dir, exist_ok=True)
+    write_json(identity_path(status_dir, ident.rank), ident.to_dict(), indent=None)
+
+
+def read_identities(directory: str) -> list[RankIdentity]:
+    """Every rank that started in this run (or sweep task) directory, by rank. Files being
+    replaced or that are corrupt are left out: a rank's identity is a hint, not a verdict."""
+    out = []
+    for _, path in _rank_files(os.path.join(directory, "status"), _RANK_FILE):
+        try:
+            out.append(_build(RankIdentity, read_json(path), path))
+        except (OSError, RecordError):
+            continue
+    return out
+
+
+def write_rank_failure(status_dir: str, failure: RankFailure) -> None:
+    os.makedirs(status_dir, exist_ok=True)
+    write_json(failure_path(status_dir, failure.rank), failure.to_dict(), indent=None)
+
+
+def clear_rank_failure(status_dir: str, rank: int) -> None:
+    try:
+        os.remove(failure_path(status_dir, rank))
+    except OSError:
+        pass
+
+
+def read_rank_failures(run_dir: str, tasks: bool = True) -> list[RankFailure]:
+    """The one reader of rank failures: the run's, and (tasks=True) every sweep task's, ordered
+    by task and rank. A corrupt note becomes a failure whose error says so."""
+    out = []
+    dirs = _status_dirs(run_dir) if tasks else [(None, os.path.join(run_dir, "status"))]
+    for task, status_dir in dirs:
+        for rank, path in _rank_files(status_dir, _FAILED_FILE):
+            try:
+                failure = _build(RankFailure, read_json(path), path)
+            except (OSError, RecordError) as exc:
+                failure = RankFailure(rank=rank, node="?", exit_status=1, error=f"unreadable: {exc}")
+            failure.task = task
+            out.append(failure)
+    return out
+
+
+def first_failure(failures: list[RankFailure]) -> RankFailure | None:
+    """The cause: the earliest failure (its peers fail a moment later, of losing it)."""
+    return min(failures, key=lambda f: (f.time or "~", f.rank)) if failures else None
+
+
+def write_job_failure(run_dir: str, failure: JobFailure) -> None:
+    status_dir = os.path.join(run_dir, "status")
+    os.makedirs(status_dir, exist_ok=True)
+    write_json(os.path.join(status_dir, "failure.json"), failure.to_dict())
+
+
+def read_job_failure(run_dir: str) -> JobFailure | None:
+    path = os.path.join(run_dir, "status", "failure.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        return _build(JobFailure, read_json(path), path)
+    except (OSError, RecordError) as exc:
+        return JobFailure(reason="unknown", exit_status=1, message=f"unreadable: {exc}")
+
+
+# ----------------------------------------------------------------------------- run.json
+
+@dataclass
+class RunRecord:
+    """run.json: one per run directory, written at submit and updated as the run is followed."""
+    run_id: str
+    name: str
+    site: str
+    backend: str  # the backend that answers for it: slurm | local | submitit | ...
+    site_ref: str = ""  # the site as the user named it (a name or a profile path)
+    scheduler: str | None = None  # submitit runs: the scheduler submitit used (slurm | local)
+    library: str = "command"
+    nodes: int = 1
+    procs_per_node: int = 1
+    script: str | None = None  # the script's file name in the run directory
+    source: str = ""  # the job file
+    workdir: str = ""
+    job_id: str | None = None  # the scheduler's id: 1234, local-4321
+    state: str = "SUBMITTING"  # the last state seen
+    exit_code: int | None = None
+    final: bool = False  # the state is final: no need to ask the scheduler again
+    task_states: list = field(default_factory=list)  # [[job, state, exit code], ...] once final
+    submitted: str | None = None
+    submitted_ts: float | None = None
+    pid: int | None = None  # the local backend: the job's process (group leader)
+    pid_start: str | None = None  # its kernel start time: tells it from a reused pid
+    cancelled: float | None = None  # when `cancel` was asked (epoch seconds)
+    hpctrain_version: str = ""
+    git: dict = field(default_factory=dict)  # commit and dirty flag of the submitted code
+    array_size: int | None = None  # a sweep: its number of tasks
+    parallel: int | None = None  # a sweep: tasks running at once
+    task_values: list = field(default_factory=list)  # a sweep: what each task changes
+    kind: str = "command"  # command | function
+    ntasks: int = 1  # function runs: submitit tasks (one per rank)
+    submitit_folder: str | None = None
+    function: dict = field(default_factory=dict)  # function runs: what ran (module, source hash)
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str) -> "RunRecord":
+        return _build(cls, read_json(path), path)
+
+    def to_dict(self) -> dict:
+        return _asdict(self)
+
+    def save(self, path: str) -> None:
+        write_json(path, self.to_dict())

@@ -1,0 +1,114 @@
+"""The package's shape: no import cycle anywhere, the rank side stands alone, and only the
+backends and their template folders know which scheduler a job uses."""
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "hpctrain"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every hpctrain module this one imports, at the top or deferred inside a function."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+                # Importing a module runs its packages' __init__ first.
+                parent = target.rpartition(".")[0]
+                while parent:
+                    if parent != name and not name.startswith(parent + "."):
+                        found.add(parent)
+                    parent = parent.rpartition(".")[0]
+    return found
+
+
+def test_no_import_cycle():
+    mods = _modules()
+    graph = {name: _imports(name, path, set(mods)) for name, path in mods.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    sys.setrecursionlimit(10000)
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+
+
+def test_rank_side_is_stdlib_only_and_self_contained():
+    """hpctrain/rank/ is copied into every run and runs under any interpreter: it imports only
+    the standard library and its own modules (relatively)."""
+    stdlib = set(sys.stdlib_module_names)
+    for path in (PACKAGE / "rank").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1, f"{path.name} reaches out of rank/: {ast.unparse(node)}"
+                continue
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) else []
+            for mod in names:
+                top = mod.split(".")[0]
+                # torch/submitit/numpy only inside functions that run where the library is.
+                if top in ("torch", "_hpctrain_rank"):
+                    continue
+                assert top in stdlib or top == "__future__", f"{path.name} imports {mod}"
+
+
+def test_only_backends_know_schedulers():
+    """No `scheduler ==` (or a scheduler's name compared) outside backends/ and the template
+    roots of each scheduler; the rest asks the backend what it can do."""
+    pattern = re.compile(r"""(scheduler|backend)\s*[!=]=\s*['"](slurm|local|submitit)['"]|"""
+                         r"""['"](slurm|local)['"]\s*[!=]=""")
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if "backends" in path.parts:
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{i}: {line.strip()}")
+    shared = PACKAGE.parent / "templates" / "parts"
+    for path in shared.glob("*.j2"):
+        text = path.read_text()
+        for i, line in enumerate(text.splitlines(), 1):
+            tags = " ".join(re.findall(r"{[{%].*?[%}]}", line))
+            if re.search(r"scheduler|backend", tags) or re.search(r"\b(srun|sbatch|scontrol|SLURM_\w+)", line):
+                offenders.append(f"templates/parts/{path.name}:{i}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
