@@ -27,9 +27,43 @@ _DIRECTIVE_VALUE = re.compile(r"[!-~]+")  # printable ASCII, no space
 _DIRECTIVE = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[!-~]+)?")
 
 
+# C0 and C1 control characters: a NUL is dropped by bash in silence, a newline or CR ends a line
+# (a comment, a directive, a command). TAB is allowed in setup lines only (they are shell).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_IN_SHELL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def check_text(data, where, path: tuple = (), shell_lines: tuple = ("setup",)) -> None:
+    """No control character in any key or string value of a job or site document."""
+    stack = [(path, data)]
+    while stack:
+        at, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and _CONTROL.search(key):
+                    _control(at + (key,), key, where)
+                stack.append((at + (key,), item))
+        elif isinstance(value, (list, tuple)):
+            stack.extend((at + (i,), item) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            pattern = _CONTROL_IN_SHELL if at[:1] in [(s,) for s in shell_lines] else _CONTROL
+            if pattern.search(value):
+                _control(at, value, where)
+
+
+def _control(path: tuple, value: str, where) -> None:
+    char = _CONTROL.search(value).group()
+    shown = ".".join(map(str, path)) or "a key"
+    fix = ("give each setup line as its own list entry" if path[:1] == ("setup",)
+           else "remove it: control characters (NUL, newline, CR, escape, ...) have no place "
+           "in a job; a newline would end a line of the job script")
+    raise HpctrainError(f"'{shown}' holds the control character {char!r}", where(path), fix)
+
+
 def check_site(site: SiteProfile, doc: Located) -> None:
     """A site profile on its own: names that must exist, settings that go together."""
     from .backends import SCHEDULERS
+    check_text(dict(doc), doc.where)
     if site.scheduler not in SCHEDULERS:
         raise HpctrainError(f"unknown scheduler '{site.scheduler}'", doc.where(("scheduler",)),
                             did_you_mean(site.scheduler, SCHEDULERS))
@@ -61,6 +95,11 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
     """Every check of a job on its site; returns the warnings (each once)."""
     from .backends import backend_class
     from .libraries import LIBRARIES, adapter
+    cwd = os.getcwd()
+    if _CONTROL.search(cwd):
+        raise HpctrainError(f"the current directory {cwd!r} holds a control character; jobs run "
+                            "from the directory they are submitted from",
+                            fix="submit from a directory whose path has none")
     if spec.library not in LIBRARIES:
         raise HpctrainError(f"unknown library '{spec.library}'", where(("library",)),
                             did_you_mean(spec.library, LIBRARIES))

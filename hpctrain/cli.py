@@ -218,6 +218,19 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # the file system said no where no check foresaw it
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}\n  fix: check that path: it must exist, be "
+              "readable, and (for runs and the index) writable", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 — never a traceback for the user; one on request
+        import os
+        if os.environ.get("HPCTRAIN_DEBUG"):
+            raise
+        print(f"error: hpctrain failed unexpectedly: {type(exc).__name__}: {exc}\n  fix: this "
+              "is a bug in hpctrain: please report it with the command you ran "
+              "(HPCTRAIN_DEBUG=1 shows where it happened)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 import msgspec
 
 from . import sites
-from .checks import check, check_sweep, sweep_points
+from .checks import check, check_sweep, check_text, sweep_points
 from .errors import HpctrainError
 from .origins import Origins
 from .spec import JobSpec, SiteProfile, deep_merge, explain, parse_override, set_path
@@ -99,11 +99,14 @@ def load_job(source: str | os.PathLike | dict | Job | None = None, *, site: str 
     env_keys = {("runs_dir",): "HPCTRAIN_RUNS_DIR"} if "runs_dir" not in merged \
         and os.environ.get("HPCTRAIN_RUNS_DIR") else {}
     where = Origins(doc, site_doc, profile.name, set_args, env_keys, site_from)
+    check_text(merged, where)
+    if env_keys:
+        check_text({"runs_dir": os.environ["HPCTRAIN_RUNS_DIR"]}, where)
 
     try:
         spec = msgspec.convert(merged, JobSpec)
     except msgspec.ValidationError as exc:
-        raise explain(exc, JobSpec, where) from None
+        raise explain(exc, JobSpec, where, merged) from None
     warnings = check(spec, profile, where)
     job = Job(spec=spec, site=profile, source=doc.source, workdir=os.getcwd(),
               warnings=tuple(warnings), raw=merged, site_ref=site_name, origins=where)

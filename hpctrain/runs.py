@@ -101,12 +101,25 @@ def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
     os.replace(tmp, path)
 
 
+SUBMITTING = ".submitting"  # held locked (flock) by the submit that creates the run
+
+
 @contextmanager
 def creating(path: Path):
-    """Make a run directory; if anything fails before the block ends, remove it again."""
+    """Make a run directory, held by this process until the block ends; if anything fails
+    before then, remove it again. A submit killed outright leaves the directory, its lock free:
+    status() then tells an interrupted submission from one in progress."""
+    import fcntl
     if path.exists():
         raise HpctrainError(f"run directory {path} already exists", fix="submit again: run ids are unique")
-    path.mkdir(parents=True)
+    try:
+        path.mkdir(parents=True)
+        lock = open(path / SUBMITTING, "w")
+    except OSError as exc:
+        raise HpctrainError(f"cannot create the run directory {path}: {exc.strerror}",
+                            fix="choose a runs_dir (or $HPCTRAIN_RUNS_DIR) where you can write, "
+                            "with a shorter path if it is too long") from None
+    fcntl.flock(lock, fcntl.LOCK_EX)
     try:
         yield Run(path)
     except BaseException:
@@ -117,6 +130,27 @@ def creating(path: Path):
         except OSError:
             pass
         raise
+    finally:
+        lock.close()
+    try:
+        (path / SUBMITTING).unlink()
+    except OSError:
+        pass
+
+
+def being_submitted(path: Path) -> bool:
+    """Whether a submit is still creating this run (it holds the lock) — as opposed to one
+    that was interrupted and left the run without a job."""
+    import fcntl
+    try:
+        with open(path / SUBMITTING) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+    except OSError:
+        return False
+    return False
 
 
 def add_to_index(run: Run) -> None:
@@ -135,19 +169,33 @@ def add_to_index(run: Run) -> None:
 
 
 def indexed() -> list[dict]:
-    """Runs in the index, newest last, skipping those whose directory is gone."""
+    """Runs in the index, newest last, skipping those whose directory is gone and lines that
+    are not an index entry (a damaged line hides no other run)."""
+    idx = index_path()
     try:
-        lines = index_path().read_text().splitlines()
+        text = idx.read_text(errors="replace")
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise HpctrainError(f"cannot read the index of runs {idx}: {exc.strerror}",
+                            fix="point $HPCTRAIN_HOME at a directory of hpctrain's") from None
     seen: dict[str, dict] = {}
-    for line in lines:
+    for line in text.splitlines():
         try:
             entry = json.loads(line)
         except ValueError:
             continue
-        seen[entry["path"]] = entry
-    return [e for e in seen.values() if (Path(e["path"]) / RECORD).exists()]
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str) \
+                and isinstance(entry.get("run_id"), str):
+            seen[entry["path"]] = entry
+    out = []
+    for entry in seen.values():
+        try:
+            if (Path(entry["path"]) / RECORD).exists():
+                out.append(entry)
+        except OSError:  # a path too long for this system, say
+            continue
+    return out
 
 
 def find(ref: str) -> Run:
@@ -156,17 +204,21 @@ def find(ref: str) -> Run:
         raise HpctrainError("an empty RUN names no run",
                             fix="give a run id, a run directory or a job id; `hpctrain list` shows them")
     p = Path(ref)
-    if (p / RECORD).is_file():
-        return Run(p.absolute())
+    try:
+        if (p / RECORD).is_file():
+            return Run(p.absolute())
+    except OSError:  # not a path this system can look up (too long): an id, then
+        pass
     entries = indexed()
     job_ref = ref.split("_")[0]
     hits = [e for e in entries if e["run_id"] == ref or str(e.get("job_id")) == job_ref
             or e["run_id"].endswith(ref)]
     if not hits:
-        raise HpctrainError(f"no run '{ref}' found (looked in {index_path()})",
+        shown = ref if len(ref) <= 80 else ref[:77] + "..."
+        raise HpctrainError(f"no run '{shown}' found (looked in {index_path()})",
                             fix="give a run id, a run directory or a Slurm job id; `hpctrain list` shows them")
     if len({e["path"] for e in hits}) > 1:
-        raise HpctrainError(f"'{ref}' matches {len(hits)} runs: "
+        raise HpctrainError(f"'{ref[:80]}' matches {len(hits)} runs: "
                             + ", ".join(e["run_id"] for e in hits[:5]), fix="give the whole run id")
     return Run(Path(hits[-1]["path"]))
 

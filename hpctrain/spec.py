@@ -20,7 +20,7 @@ from .yamlfile import Located
 # Patterns are full-match and ASCII: \Z, not $ (which also matches before a final newline), and
 # [0-9], not \d (which also matches other scripts' digits).
 # A name becomes a directory (runs/<name>/): never "." or "..".
-Name = Annotated[str, Meta(pattern=r"^(?!\.\.?\Z)[A-Za-z0-9_.-]+\Z")]
+Name = Annotated[str, Meta(pattern=r"^(?!\.\.?\Z)[A-Za-z0-9_.-]+\Z", max_length=100)]
 EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")]
 EnvValue = Union[str, int, float, bool]
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
@@ -250,10 +250,25 @@ def _literal_options(tp) -> list[str] | None:
     return None
 
 
-def explain(exc: msgspec.ValidationError, root: type, where) -> HpctrainError:
-    """Turn msgspec's message into what/where/fix. `where(path)` names the file:line."""
-    m = _AT.match(str(exc))
+_IN_KEY = re.compile(r"^(?P<what>.*?) - at `key` in `\$(?P<path>[^`]*)`$", re.S)
+
+
+def explain(exc: msgspec.ValidationError, root: type, where, data=None) -> HpctrainError:
+    """Turn msgspec's message into what/where/fix. `where(path)` names the file:line; `data` is
+    the document that failed, to name the value (and the key msgspec calls `...`)."""
+    text = str(exc)
+    in_key = _IN_KEY.match(text)
+    m = in_key or _AT.match(text)
     what, path = m.group("what"), _split_path(m.group("path") or "")
+    if in_key:  # a mapping's key failed (env: {A-B: 1}): find which
+        bad = _bad_key(data, path)
+        if bad is not None:
+            path = path + (bad,)
+        dotted = ".".join(str(p) for p in path[:-1])
+        return HpctrainError(f"'{path[-1]}' is not a valid key in '{dotted}'", where(path),
+                             _pattern_hint(path) or what)
+    if "..." in path:
+        path = _resolve_dots(data, path, root)
     dotted = ".".join(str(p) for p in path)
     fix = None
     unknown = re.match(r"Object contains unknown field `([^`]*)`", what)
@@ -276,10 +291,73 @@ def explain(exc: msgspec.ValidationError, root: type, where) -> HpctrainError:
             bad = re.search(r"'(.*)'", what)
             if bad:
                 fix = did_you_mean(bad.group(1), options)
-        what = f"'{dotted}': {what[0].lower()}{what[1:]}" if dotted else what
+        value = _value_at(data, path)
         if "regex" in what:
+            what = f"'{dotted}' is {value!r}, which is not valid here" if value is not _MISSING \
+                else f"'{dotted}' does not have the required form"
             fix = _pattern_hint(path)
+        else:
+            what = f"'{dotted}': {what[0].lower()}{what[1:]}" if dotted else what
+            if path[-1:] in (("time",), ("max_time",)) and isinstance(value, int):
+                # YAML 1.1 reads an unquoted 1:30:00 as the number 5400.
+                fix = 'quote it: time: "1:30:00" (YAML reads an unquoted H:MM:SS as a number)'
+            else:
+                fix = fix or _type_hint(what)
     return HpctrainError(what, where(path), fix)
+
+
+_EXPECTED = {"int": "a whole number", "str": "text (quote it if YAML reads it as something "
+             "else)", "bool": "true or false", "array": "a list: [a, b]", "object":
+             "a mapping: {key: value}", "float": "a number",
+             "bool | int | float | str": "one value: text, a number or true/false"}
+
+
+def _type_hint(what: str) -> str | None:
+    bound = re.search(r"`[^`]*` ([<>]=?) ([0-9.]+)", what)
+    if bound:
+        return f"give a value {bound.group(1)} {bound.group(2)}"
+    m = re.search(r"[Ee]xpected `([^`]*)`", what)
+    if m and m.group(1) in _EXPECTED:
+        return f"give {_EXPECTED[m.group(1)]}"
+    return None
+
+
+_MISSING = object()
+
+
+def _value_at(data, path: tuple):
+    node = data
+    for key in path:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        else:
+            return _MISSING
+    return node
+
+
+def _bad_key(data, path: tuple):
+    mapping = _value_at(data, path)
+    if not isinstance(mapping, dict):
+        return None
+    env_name = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+    return next((k for k in mapping if not (isinstance(k, str) and env_name.fullmatch(k))), None)
+
+
+def _resolve_dots(data, path: tuple, root: type) -> tuple:
+    """msgspec names a mapping's failing value `...`: find its key by converting each value
+    to the mapping's value type."""
+    i = path.index("...")
+    mapping = _value_at(data, path[:i])
+    value_type = _type_at(root, path[:i] + ("x",))
+    if isinstance(mapping, dict) and value_type is not None:
+        for key, value in mapping.items():
+            try:
+                msgspec.convert(value, value_type)
+            except (msgspec.ValidationError, TypeError):
+                return path[:i] + (key,) + path[i + 1:]
+    return path[:i]
 
 
 def _pattern_hint(path: tuple) -> str | None:
@@ -288,9 +366,9 @@ def _pattern_hint(path: tuple) -> str | None:
         "time": "use Slurm's format: MM, HH:MM:SS or D-HH:MM:SS, e.g. \"02:00:00\"",
         "max_time": "use Slurm's format: MM, HH:MM:SS or D-HH:MM:SS, e.g. \"2-00:00:00\"",
         "mem": "a number with an optional K/M/G/T suffix, e.g. 64G",
-        "name": "use letters, digits, '_', '.' and '-' only",
-    }.get(last) or ("names of environment variables: letters, digits and '_'"
-                    if path[:1] in (("env",), ("secrets",)) else None)
+        "name": "use letters, digits, '_', '.' and '-' only (and not just '.' or '..')",
+    }.get(last) or ("names of environment variables: a letter or '_', then letters, digits "
+                    "and '_'" if path[:1] in (("env",), ("secrets",)) else None)
 
 
 # ---------------------------------------------------------------------------- conversion
@@ -299,7 +377,7 @@ def convert_site(doc: Located) -> SiteProfile:
     try:
         site = msgspec.convert(dict(doc), SiteProfile)
     except msgspec.ValidationError as exc:
-        raise explain(exc, SiteProfile, doc.where) from None
+        raise explain(exc, SiteProfile, doc.where, dict(doc)) from None
     return site
 
 

@@ -14,7 +14,7 @@ from .backends import JobState, State, backend
 from .backends.commands import SchedulerError
 from .errors import HpctrainError
 from .rank.records import read_job_failure, read_rank_failures
-from .runs import Run, indexed
+from .runs import Run, add_to_index, being_submitted, indexed
 
 
 class RunStatus(msgspec.Struct, kw_only=True):
@@ -46,7 +46,7 @@ def _recorded(run: Run) -> JobState:
     for t in tasks:
         counts[t.state.value] = counts.get(t.state.value, 0) + 1
     return JobState(_state(rec.state), exit_code=rec.exit_code, job=str(rec.job_id),
-                    tasks=tasks, counts=counts)
+                    tasks=tasks, counts=counts, reason=rec.reason)
 
 
 def _state(word: str) -> State:
@@ -64,10 +64,39 @@ def _keep(run: Run, state: JobState) -> JobState:
     if state.done:
         # Kept: Slurm forgets a job MinJobAge seconds after it ends (without accounting).
         run.update(state=state.state.value, exit_code=state.exit_code, final=True,
+                   reason=state.reason,
                    task_states=[[t.job, t.state.value, t.exit_code] for t in state.tasks])
     elif state.state.value != rec.state and state.state != State.UNKNOWN:
         run.update(state=state.state.value)
     return state
+
+
+def _adopted(run: Run, states: dict) -> bool:
+    """A run without a job id: its submit is still going, or was killed before it recorded the
+    id — then the job is found by its run directory, or there is none."""
+    if being_submitted(run.path):
+        states[run.path] = JobState(State.PENDING, reason="being submitted")
+        return False
+    name = run.record.backend
+    try:
+        job_id = backend(name).adopt(run)
+    except KeyError:
+        states[run.path].reason = f"unknown backend '{name}' in run.json"
+        return False
+    except SchedulerError as exc:
+        states[run.path].reason = f"cannot reach {name}: {exc}"
+        return False
+    if job_id is None:
+        lost = JobState(State.LOST, reason="the submit was interrupted before a job was queued: "
+                        "nothing of this run runs")
+        states[run.path] = _keep(run, lost)
+        return False
+    run.update(job_id=job_id, state="SUBMITTED")
+    try:
+        add_to_index(run)  # found by its job id from now on
+    except HpctrainError:
+        pass  # an index that cannot be written: the run is still found by its id or path
+    return True
 
 
 def _status(run: Run, state: JobState) -> RunStatus:
@@ -88,8 +117,11 @@ def gather_many(runs: list[Run], live: bool = True) -> list[RunStatus]:
     if live:
         by_backend: dict[str, list[Run]] = {}
         for run in runs:
-            if not run.record.final:
-                by_backend.setdefault(run.record.backend, []).append(run)
+            if run.record.final:
+                continue
+            if run.record.job_id is None and not _adopted(run, states):
+                continue
+            by_backend.setdefault(run.record.backend, []).append(run)
         for name, group in by_backend.items():
             try:
                 answers = backend(name).states(group)

@@ -78,8 +78,8 @@ def _prepare_sweep(job: Job, run_id: str, run_dir: Path) -> Prepared:
 
 def _write_job_dir(prep: Prepared, d: Path) -> Path | None:
     import yaml
-    (d / "logs").mkdir(parents=True)
-    (d / "status").mkdir()
+    (d / "logs").mkdir(parents=True, exist_ok=True)
+    (d / "status").mkdir(exist_ok=True)
     write_atomic(d / "job.yaml", yaml.safe_dump(prep.job.resolved(), sort_keys=False))
     script = None
     if prep.function is None:  # a function run has no script of its own: submitit writes one
@@ -120,13 +120,16 @@ def submit_prepared(prep: Prepared) -> Run:
     check_secrets(prep.job)
     chosen = backend(prep.backend)
     with creating(prep.run_dir) as run:
-        _write_job_dir(prep, run.path)
+        # Recorded and indexed before anything starts: a submit killed at any later instant
+        # leaves a run that list/status/cancel find (status/_adopted finds its job, if any).
         RunRecord(**_record(prep)).save(str(run.path / "run.json"))
+        add_to_index(run)
+        _write_job_dir(prep, run.path)
         job_id = chosen.submit(run, prep)
         try:
             run.update(job_id=job_id, state="SUBMITTED",
                        submitted=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
-            add_to_index(run)
+            add_to_index(run)  # again, with the job id: the run is found by it from now on
         except BaseException as exc:
             chosen.abort(job_id)  # a queued job with no record of it would be an orphan
             if isinstance(exc, (HpctrainError, OSError)):

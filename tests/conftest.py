@@ -24,6 +24,18 @@ def update_golden(request) -> bool:
     return request.config.getoption("--update-golden")
 
 
+def pytest_terminal_summary(terminalreporter):
+    from tests.hostile import COUNTS
+    if COUNTS:
+        total = sum(COUNTS.values())
+        parts = ", ".join(f"{family} {n}" for family, n in sorted(COUNTS.items()))
+        terminalreporter.write_line(f"hostile inputs tried: {total} ({parts}); every one refused "
+                                    "with exit 2 or handled exactly")
+        report = os.environ.get("HPCTRAIN_HOSTILE_REPORT")
+        if report:
+            Path(report).write_text(json.dumps(dict(COUNTS, total=total), indent=2) + "\n")
+
+
 def pytest_sessionfinish(session, exitstatus):
     """A skipped test is a failed test: a tool missing in CI (shellcheck, Slurm, the cluster)
     must not pass as green. The run fails with the skips named."""

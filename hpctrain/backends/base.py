@@ -97,6 +97,11 @@ class Backend(abc.ABC):
     def state(self, run: Run) -> JobState:
         return self.states([run])[0]
 
+    def adopt(self, run: Run) -> str | None:
+        """The job of a run whose submit was killed before it recorded the job id, found by
+        what the job carries of its run directory; None when no job was started."""
+        return None
+
     @abc.abstractmethod
     def cancel(self, run: Run) -> None:
         """Cancel the run (every task of an array)."""

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ..errors import HpctrainError
-from ..rank.records import RunRecord, read_identities
+from ..rank.records import RunRecord
 from ..runs import Run
 from .base import Backend, JobState, State
 from .summary import fmt_elapsed, summarise
@@ -63,6 +63,17 @@ class LocalBackend(Backend):
         run.update(pid=proc.pid, pid_start=_start_time(proc.pid), submitted_ts=time.time())
         return f"local-{proc.pid}"
 
+    def adopt(self, run: Run) -> str | None:
+        """The job script writes its own pid (status/pid) as its first act."""
+        try:
+            pid = int((run.path / "status" / "pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        if str(run.path / self.script_name) not in _cmdline(pid):
+            return None  # gone, or the pid is another process's now
+        run.update(pid=pid, pid_start=_start_time(pid))
+        return f"local-{pid}"
+
     def states(self, runs: list[Run]) -> list[JobState]:
         return [self._state(run) for run in runs]
 
@@ -112,21 +123,21 @@ class LocalBackend(Backend):
         of their own and so are not in the job's process group."""
         rec = run.update(cancelled=time.time())  # when: tasks that ended before it keep their state
         if not recorded_process_alive(rec):
-            _kill_ranks(run.path, signal.SIGKILL)
+            _kill(processes_of(run.path), signal.SIGKILL)
             return
         try:
             os.killpg(rec.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and (recorded_process_alive(rec) or _live_ranks(run.path)):
+        while time.monotonic() < deadline and processes_of(run.path):
             time.sleep(0.1)
         if recorded_process_alive(rec):
             try:
                 os.killpg(rec.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        _kill_ranks(run.path, signal.SIGKILL)
+        _kill(processes_of(run.path), signal.SIGKILL)
 
     def output_files(self, run: Run, task: int | None = None) -> list[Path]:
         if task is None and run.record.array_size:
@@ -136,30 +147,43 @@ class LocalBackend(Backend):
         return [d / "logs" / "job.out"]
 
 
-def _live_ranks(run_dir: Path) -> list[int]:
-    """Pids of this run's ranks that still run (checked by their environment, not just the pid,
-    which the kernel may have reused)."""
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def processes_of(run_dir: Path) -> list[int]:
+    """Every live process of this run, found by its run directory (the job script by its
+    command line, torchrun and the ranks by HPCTRAIN_RUN_DIR in their environment): what cancel
+    stops even when no pid was recorded."""
+    mine = {f"HPCTRAIN_RUN_DIR={d}".encode() for d in [run_dir, *run_dir.glob("tasks/*")]}
+    script = str(run_dir) + "/"
     pids = []
-    dirs = [run_dir] + [d for d in run_dir.glob("tasks/*") if d.is_dir()]
-    for d in dirs:
-        want = f"HPCTRAIN_RUN_DIR={d}".encode()
-        for ident in read_identities(str(d)):
-            try:
-                with open(f"/proc/{ident.pid}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-            except OSError:
-                continue
-            if want in env and _start_time(ident.pid) is not None:
-                pids.append(ident.pid)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = set(f.read().split(b"\0"))
+        except OSError:
+            continue
+        if env & mine or script in _cmdline(pid):
+            if _start_time(pid) is not None:
+                pids.append(pid)
     return pids
 
 
-def _kill_ranks(run_dir: Path, sig: int) -> None:
-    for pid in _live_ranks(run_dir):
+def _kill(pids: list[int], sig: int) -> None:
+    for pid in pids:
         try:
-            os.killpg(pid, sig)  # the rank leads its own session: this takes its tee and workers too
+            os.killpg(pid, sig)  # a rank leads its own session: this takes its tee and workers too
         except (ProcessLookupError, PermissionError):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+            pass
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass

@@ -118,6 +118,20 @@ class SlurmBackend(Backend):
                                       job=f"{job_id}_{i}"))
         return summarise(job_id, tasks)
 
+    def adopt(self, run: Run) -> str | None:
+        """The job whose output file lies in this run's logs/ (every job script names it)."""
+        from . import slurm_records
+        command = ["squeue", "--json", "--all", "--states=all"]
+        text = commands.run(command)
+        errors = slurm_records.squeue_errors(text)
+        if errors:
+            raise commands.SchedulerError(command, 0, "; ".join(errors))
+        mine = f"{run.path}/logs/"
+        for rec in slurm_records.parse_squeue_json(text):
+            if rec.stdout and rec.stdout.startswith(mine):
+                return rec.array_job_id or rec.job_id
+        return None
+
     # ------------------------------------------------------------------------------ control
 
     def cancel(self, run: Run) -> None:

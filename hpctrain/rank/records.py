@@ -308,6 +308,7 @@ class RunRecord:
     job_id: str | None = None  # the scheduler's id: 1234, local-4321
     state: str = "SUBMITTING"  # the last state seen
     exit_code: int | None = None
+    reason: str | None = None  # why it is in that state, when the scheduler said (or hpctrain)
     final: bool = False  # the state is final: no need to ask the scheduler again
     task_states: list = field(default_factory=list)  # [[job, state, exit code], ...] once final
     submitted: str | None = None

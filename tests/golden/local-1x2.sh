@@ -15,7 +15,10 @@ record_failure() {  # REASON STATUS [MESSAGE]
   out=$(python "$RUN_DIR/rank" summarize "$RUN_DIR" "$@" 2>&1) || out="could not write status/failure.json: $out"
   while IFS= read -r line; do log "failure: $line"; done <<<"$out"
 }
-# The local backend reads this file to learn how the job ended.
+# The local backend learns which process the job is from status/pid (written first, so that a
+# submit killed before it recorded the pid leaves a job it can still find), and how it ended
+# from status/exit_code.
+echo $$ >"$RUN_DIR/status/pid"
 trap 'echo $? >"$RUN_DIR/status/exit_code"' EXIT
 
 # --- environment ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ RUN_DIR=/runs/ddp-check/RUN_ID
 # No scheduler: run the tasks here, 2 at a time; each task's script records its
 # exit status in tasks/<i>/status/exit_code; this one exits 1 if any task failed.
 mkdir -p "$RUN_DIR/status"
+echo $$ >"$RUN_DIR/status/pid"
 trap 'echo $? >"$RUN_DIR/status/exit_code"' EXIT
 N=3
 K=2

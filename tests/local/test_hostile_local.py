@@ -1,0 +1,262 @@
+"""Hostile input on this machine, for real: payloads through torchrun and the rank side to the
+program; damaged run directories and index lines met by every command; and `submit` killed with
+-9 at every step of a submission."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpctrain.backends.local import processes_of
+from tests.conftest import ROOT, submitted
+from tests.hostile import canary_payloads, tried
+from tests.operate_helpers import WORKER, job_file, status_json, wait_state
+
+ECHO = ROOT / "tests" / "programs" / "echo_rank.py"
+SUBMIT_UNTIL = ROOT / "tests" / "programs" / "submit_until.py"
+
+
+def test_payloads_reach_the_program_byte_exact(cli, tmp_path):
+    """Every payload as an argument and as an env value, the program and the job in a directory
+    whose name is hostile too: 2 ranks under real torchrun receive them exactly; nothing ran."""
+    canary = tmp_path / "CANARY"
+    payloads = canary_payloads(str(canary))
+    weird = tmp_path / "we'ird $(touch CANARY) dir; `x`"
+    weird.mkdir()
+    program = weird / "echo $rank.py"
+    shutil.copy(ECHO, program)
+    job = weird / "job.yaml"
+    env = {f"HOSTILE_{i}": p for i, p in enumerate(payloads)}
+    import yaml
+    job.write_text(yaml.safe_dump({
+        "name": "hostile-run", "script": program.name, "args": payloads, "env": env,
+        "python": sys.executable, "runs_dir": str(weird / "runs $(x) 'r'"),
+        "resources": {"procs_per_node": 2, "time": "00:05:00"}}))
+    tried("execution", 2 * len(payloads) + 3)
+    proc = cli("submit", job.name, "--wait", cwd=weird, timeout=300)
+    _, run_dir = submitted(proc.stdout)
+    seen = [json.loads(p.read_text()) for p in sorted(run_dir.glob("results/rank-*.json"))]
+    assert len(seen) == 2, proc.stdout
+    for rank in seen:
+        assert rank["argv"] == payloads
+        assert {k: rank["env"].get(k) for k in env} == env
+        assert rank["cwd"] == str(weird) and rank["script"] == str(program)
+    assert not canary.exists() and not (weird / "CANARY").exists()
+
+
+def _wait_gone(run_dir: Path, timeout: float = 60) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while processes_of(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return processes_of(run_dir)
+
+
+POINTS = ["before-record", "after-record", "after-index", "after-files", "after-start",
+          "after-job-id", "fail-record"]
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_submit_killed_at_any_step_leaves_no_job_or_one_under_control(point, cli, tmp_path):
+    tried("crash")
+    name = f"killed-{point}"
+    jf = job_file(tmp_path, name, procs=2, args=["--seconds", "120"])
+    proc = subprocess.run([sys.executable, str(SUBMIT_UNTIL), point, str(jf)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    runs = list((Path(os.environ["HPCTRAIN_RUNS_DIR"]) / name).glob("*"))
+    if point == "fail-record":
+        assert proc.returncode == 2 and "was cancelled, so that no job runs without a record" in proc.stderr
+        assert "Traceback" not in proc.stderr and not runs  # and the run directory is gone
+        return
+    assert proc.returncode == -9, proc.stderr
+    listed = [r for r in json.loads(cli("list", "--json").stdout) if r["name"] == name]
+    if point == "before-record":
+        assert not listed  # nothing recorded, and nothing started:
+        assert all(not processes_of(r) for r in runs)
+        return
+    assert len(runs) == 1, runs
+    run_dir = runs[0]
+    # Indexed right after its record: from then on `list` shows it.
+    assert len(listed) == (0 if point == "after-record" else 1), listed
+    st = status_json(cli, run_dir)
+    if point in ("after-record", "after-index", "after-files"):
+        assert st["state"]["state"] == "LOST" and st["state"]["done"], st
+        assert "interrupted before a job was queued" in st["state"]["reason"]
+        assert not processes_of(run_dir)
+        return
+    # The job started before the submit died: found by its run directory, and controlled.
+    st = wait_state(cli, str(run_dir), {"RUNNING"})
+    assert st["job"].startswith("local-"), st
+    assert processes_of(run_dir)
+    cli("cancel", run_dir.name)
+    assert status_json(cli, run_dir)["state"]["state"] == "CANCELLED"
+    assert not _wait_gone(run_dir)
+
+
+# ----------------------------------------------------------------------------- damaged state
+
+def _corruptions():
+    """(name, what to do to a finished run directory)."""
+    def write(rel, data):
+        def go(run_dir: Path):
+            path = run_dir / rel
+            if path.is_dir():
+                shutil.rmtree(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            (path.write_bytes if isinstance(data, bytes) else path.write_text)(data)
+        return go
+
+    def replace_with_dir(rel):
+        def go(run_dir: Path):
+            path = run_dir / rel
+            if path.exists() and not path.is_dir():
+                path.unlink()
+            path.mkdir(parents=True, exist_ok=True)
+        return go
+
+    def edit_record(**fields):
+        def go(run_dir: Path):
+            data = json.loads((run_dir / "run.json").read_text())
+            data.update(fields)
+            for key, value in list(data.items()):
+                if value == "<drop>":
+                    del data[key]
+            (run_dir / "run.json").write_text(json.dumps(data))
+        return go
+
+    return {
+        "run.json empty": write("run.json", ""),
+        "run.json garbage": write("run.json", "{not json"),
+        "run.json a list": write("run.json", "[1, 2, 3]"),
+        "run.json null": write("run.json", "null"),
+        "run.json not utf-8": write("run.json", b"\xff\xfe\x00{"),
+        "run.json a directory": replace_with_dir("run.json"),
+        "run.json no backend": edit_record(backend="<drop>"),
+        "run.json unknown backend": edit_record(backend="pbs", final=False),
+        "run.json wrong types": edit_record(nodes="two", job_id=12),
+        "run.json deep": write("run.json", "[" * 100000 + "]" * 100000),
+        "run.json huge": write("run.json", '{"run_id": "' + "x" * 5_000_000 + '"}'),
+        "failure.json garbage": write("status/failure.json", "{{{"),
+        "failure.json a list": write("status/failure.json", "[]"),
+        "rank identity garbage": write("status/rank-0.json", "garbage"),
+        "rank identity wrong types": write("status/rank-1.json", '{"rank": "one", "node": 5}'),
+        "rank failure garbage": write("status/rank-0.failed.json", "\x00\x01"),
+        "exit_code garbage": write("status/exit_code", "not a number"),
+        "exit_code empty": write("status/exit_code", ""),
+        "logs a file": write("logs", "not a directory"),
+        "status a file": write("status", "not a directory"),
+        "rank log not utf-8": write("logs/rank-0.log", b"\xff\xfe\xfd\n"),
+    }
+
+
+COMMANDS = [["status", "{run}"], ["status", "{run}", "--json"], ["status"], ["list"],
+            ["list", "--json"], ["logs", "{run}"], ["logs", "{run}", "--rank", "0"],
+            ["logs", "{run}", "--node", "nowhere"], ["cancel", "{run}"]]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One finished local run, copied for each corruption."""
+    base = tmp_path_factory.mktemp("base")
+    home = base / "home"
+    env = dict(os.environ, HPCTRAIN_HOME=str(home), HPCTRAIN_RUNS_DIR=str(base / "runs"))
+    jf = job_file(base, "healthy", procs=2, args=["--seconds", "0.2"])
+    out = subprocess.run([sys.executable, "-m", "hpctrain", "submit", str(jf), "--wait"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return submitted(out.stdout)[1]
+
+
+@pytest.mark.parametrize("damage", sorted(_corruptions()))
+def test_damaged_run_directory_never_gives_a_traceback(damage, finished_run, cli, tmp_path, home):
+    healthy = finished_run
+    # Two copies in this test's own index: one damaged, one healthy that must stay visible.
+    index = []
+    for label in ("damaged", "ok"):
+        d = tmp_path / "runs" / label / healthy.name
+        shutil.copytree(healthy, d)
+        rec = json.loads((d / "run.json").read_text())
+        rec.update(name=label, final=False)
+        (d / "run.json").write_text(json.dumps(rec))
+        index.append(json.dumps({"run_id": f"{label}-{healthy.name}", "path": str(d),
+                                 "job_id": rec["job_id"], "name": label}))
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "runs.jsonl").write_text("\n".join(index) + "\n")
+    damaged = tmp_path / "runs" / "damaged" / healthy.name
+    _corruptions()[damage](damaged)
+    for command in COMMANDS:
+        tried("state")
+        args = [a.replace("{run}", str(damaged)) for a in command]
+        proc = cli(*args, check=False, timeout=120)
+        assert proc.returncode in (0, 2), (args, proc.returncode, proc.stderr)
+        assert "Traceback" not in proc.stderr + proc.stdout, (args, proc.stderr)
+        if proc.returncode == 2:
+            assert proc.stderr.startswith("error: "), proc.stderr
+    listed = cli("list").stdout
+    assert "ok " in listed  # the healthy run is still shown
+
+
+INDEX_DAMAGE = {
+    "garbage line": "not json at all\n",
+    "a list": "[1, 2]\n",
+    "no path": '{"run_id": "x"}\n',
+    "path not a string": '{"run_id": "x", "path": 5}\n',
+    "path to nowhere": '{"run_id": "x", "path": "/nonexistent/run"}\n',
+    "path too long": '{"run_id": "x", "path": "/' + "a" * 5000 + '"}\n',
+    "half a line": '{"run_id": "x", "pa',
+    "not utf-8": "\udcff\n",
+}
+
+
+@pytest.mark.parametrize("damage", sorted(INDEX_DAMAGE))
+def test_damaged_index_lines_are_skipped(damage, finished_run, cli, home):
+    home.mkdir(parents=True, exist_ok=True)
+    good = json.dumps({"run_id": finished_run.name, "path": str(finished_run), "name": "healthy"})
+    text = INDEX_DAMAGE[damage]
+    with open(home / "runs.jsonl", "w", errors="surrogateescape") as f:
+        f.write(text + "\n" + good + "\n")
+    for command in (["list"], ["status"], ["status", finished_run.name], ["logs", finished_run.name]):
+        tried("state")
+        proc = cli(*command, check=False)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (command, proc.stderr)
+    assert "healthy" in cli("list").stdout
+
+
+def test_state_home_that_is_a_file(cli, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for command in (["list"], ["status"], ["status", "abc"], ["cancel", "abc"], ["logs", "abc"]):
+        tried("state")
+        proc = cli(*command, check=False, env={"HPCTRAIN_HOME": str(blocker)})
+        assert proc.returncode == 2 and proc.stderr.startswith("error: "), (command, proc.stderr)
+        assert "HPCTRAIN_HOME" in proc.stderr
+
+
+BAD_ARGS = [
+    (["logs", "{run}", "--rank", "99999"], "has no rank 99999", "its ranks are 0..1"),
+    (["logs", "{run}", "--rank", "-1"], "has no rank -1", "its ranks are 0..1"),
+    (["logs", "{run}", "--node", "nowhere"], "no rank of run", "nodes of this run: "),
+    (["logs", "{run}", "--task", "3"], "has no task 3", "not a sweep"),
+    (["logs", ""], "an empty RUN names no run", "hpctrain list"),
+    (["cancel", ""], "an empty RUN names no run", "hpctrain list"),
+    (["status", "   "], "an empty RUN names no run", "hpctrain list"),
+    (["status", "x" * 10000], "no run 'xxx", "hpctrain list"),
+    (["logs", "/etc"], "no run '/etc' found", "hpctrain list"),
+]
+
+
+@pytest.mark.parametrize("args,what,fix", BAD_ARGS)
+def test_bad_arguments_name_what_exists(args, what, fix, finished_run, cli, home):
+    tried("cli")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "runs.jsonl").write_text(json.dumps({"run_id": finished_run.name,
+                                                 "path": str(finished_run)}) + "\n")
+    proc = cli(*[a.replace("{run}", finished_run.name) for a in args], check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert what in proc.stderr and fix in proc.stderr, proc.stderr
+    assert len(proc.stderr) < 1000  # a 10,000-character argument is not echoed back whole

@@ -1,0 +1,412 @@
+"""Hostile input, the fast layers: every string field of a job and of a site profile, filled with
+payloads that would run a command, add a line or a directive, split, expand or inject an option
+if any layer let them through unquoted; YAML traps; and Hypothesis-generated text.
+
+For each (field, payload) the job is either refused with an HpctrainError (exit 2 on the CLI) or
+rendered, and then: the script parses (bash -n) and passes shellcheck; its header holds exactly
+the directive table's lines (no value added a directive); and a script for this machine RUNS —
+with a stand-in interpreter that records what it was given — and the launch receives every value
+byte-exact (argv, environment, working directory) while the canary file that a command would
+create never appears. Slurm scripts share those parts (templates/parts/) and are run for real on
+the cluster with the same payloads in tests/slurm/test_hostile_slurm.py; torchrun and the rank
+side get them for real in tests/local/test_hostile_local.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hpctrain.backends import backend_class
+from hpctrain.errors import HpctrainError
+from hpctrain.loading import load_job
+from hpctrain.render import _comment, _q
+from hpctrain.submission import prepare
+from hpctrain.yamlfile import load_text
+from tests.hostile import CONTROL, canary_payloads, tried
+
+STUB = Path(__file__).resolve().parents[1] / "programs" / "record_launch.sh"
+ENV_REF = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+
+# Where a payload goes in a job (dict) — each a function of the payload.
+JOB_FIELDS = {
+    "name": lambda v: {"name": v},
+    "library": lambda v: {"library": v},
+    "script": lambda v: {"script": v},
+    "args": lambda v: {"args": ["--x", v, v]},
+    "python": lambda v: {"python": f"{shlex.quote(str(STUB))} {shlex.quote(v)}"},
+    "task": lambda v: {"library": "rsl_rl", "script": None, "task": v, "isaaclab": "/opt/IsaacLab"},
+    "isaaclab": lambda v: {"library": "skrl", "script": None, "task": "T", "isaaclab": v},
+    "config": lambda v: {"library": "di_engine", "script": None, "config": v},
+    "resources.mem": lambda v: {"resources": {"mem": v}},
+    "resources.time": lambda v: {"resources": {"time": v}},
+    "resources.partition": lambda v: {"resources": {"partition": v}},
+    "resources.account": lambda v: {"resources": {"account": v}},
+    "resources.qos": lambda v: {"resources": {"qos": v}},
+    "resources.constraint": lambda v: {"resources": {"constraint": v}},
+    "env.value": lambda v: {"env": {"HOSTILE": v}},
+    "env.key": lambda v: {"env": {v: "1"}},
+    "secrets": lambda v: {"secrets": [v]},
+    "setup": lambda v: {"setup": [f"echo {shlex.quote(v)} >/dev/null"]},
+    "runs_dir": lambda v: {"runs_dir": v},
+    "cpu_mode": lambda v: {"cpu_mode": v},
+    "preemption.signal": lambda v: {"preemption": {"signal": v}},
+    "sweep.value": lambda v: {"sweep": {"grid": {"env.HOSTILE": [v, "x"]}}},
+    "sweep.key": lambda v: {"sweep": {"grid": {v: ["1", "2"]}}},
+    "site": lambda v: {"site": v},
+}
+
+# Where a payload goes in a site profile (YAML text; the payload is a JSON string, valid YAML).
+SITE_FIELDS = {
+    "name": "name: {v}\n",
+    "description": "name: hs\ndescription: {v}\n",
+    "scheduler": "name: hs\nscheduler: {v}\n",
+    "gpu_type": "name: hs\ngpu_type: {v}\n",
+    "modules": "name: hs\nmodules: [{v}]\n",
+    "sbatch_extra": "name: hs\nsbatch_extra: [{v}]\n",
+    "sbatch_skip": "name: hs\nsbatch_skip: [{v}]\n",
+    "env.value": "name: hs\nenv: {{HOSTILE_SITE: {v}}}\n",
+    "env.key": "name: hs\nenv: {{{v}: '1'}}\n",
+    "head.interface": "name: hs\nhead: {{mode: interface, interface: {v}}}\n",
+    "head.suffix": "name: hs\nhead: {{mode: suffix, suffix: {v}}}\n",
+    "defaults.args": "name: hs\ndefaults: {{args: [{v}]}}\n",
+    "defaults.partition": "name: hs\ndefaults: {{resources: {{partition: {v}}}}}\n",
+}
+SCHEDULERS = ("local", "slurm")
+
+
+def _job(extra: dict, base_script: str) -> dict:
+    job = {"name": "hostile", "script": base_script, "python": str(STUB),
+           "resources": {"nodes": 1, "procs_per_node": 2, "time": "00:10:00"}}
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(job.get(key), dict):
+            job[key] = dict(job[key], **value)
+        else:
+            job[key] = value
+    return job
+
+
+def _site_file(tmp: Path, text: str, scheduler: str) -> str:
+    if "scheduler:" not in text:
+        text += f"scheduler: {scheduler}\n"
+    path = tmp / "hostile-site.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+class Rendered:
+    """A job that loaded: its script, checked statically; run for real when it is local."""
+
+    def __init__(self, job, tmp: Path):
+        self.job = job
+        self.prep = prepare(job, "RUN_ID")
+        self.tmp = tmp
+
+    def check_static(self, payload: str, scripts: list[str]) -> None:
+        text = self.prep.script
+        proc = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        # The header is the directive table, line for line: no value added a directive.
+        cls = backend_class(self.prep.backend)
+        header = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+        if self.prep.tasks:  # the array's: its first task's table, plus --array
+            expected = len(cls().header(self.prep.tasks[0].plan.directives))
+            assert len(header) == (expected + 1 if expected else 0)
+        else:
+            assert header == cls().header(self.prep.plan.directives)
+        scripts.append(text)
+
+    def run_locally(self, payload: str, field: str) -> None:
+        """Run the job script of this machine with the stand-in interpreter; what would have
+        started torchrun must have received everything byte-exact."""
+        run_dir = Path(self.prep.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        script = run_dir / "job.sh"
+        script.write_text(self.prep.script)
+        (run_dir / "bootstrap.json").write_text(json.dumps(self.prep.plan.bootstrap))
+        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True,
+                              cwd=self.tmp, env=dict(os.environ, HOSTILE_RECORD=str(self.tmp / "launch")),
+                              timeout=60)
+        records = sorted(self.tmp.glob("launch*.json"))
+        if field in ("setup",):
+            assert proc.returncode == 0, proc.stderr
+        if proc.returncode != 0:  # a site's `module load X` with no module system, say
+            return
+        assert records, proc.stderr
+        seen = json.loads(records[0].read_text())
+        plan = self.prep.plan
+        assert seen["argv"][:len(plan.python) - 1] == plan.python[1:]
+        assert seen["argv"][-3:] == [str(run_dir / "rank"), "run", str(run_dir / "bootstrap.json")]
+        assert seen["cwd"] == self.job.workdir
+        for key, value in plan.env.items():
+            assert seen["env"].get(key) == value, key
+        for rec in records:
+            rec.unlink()
+
+
+def _walk(fields, scheduler, tmp, payloads, build):
+    """Every (field, payload) on a scheduler: refused, or rendered and checked."""
+    scripts: list[str] = []
+    canary = tmp / "CANARY"
+    outcomes = {"refused": 0, "rendered": 0}
+    for field in fields:
+        for payload in payloads:
+            tried("fields")
+            cwd = os.getcwd()
+            os.chdir(tmp)
+            try:
+                try:
+                    job = build(field, payload)
+                    rendered = Rendered(job, tmp)
+                except HpctrainError as exc:
+                    assert exc.what and "Traceback" not in str(exc)
+                    outcomes["refused"] += 1
+                    continue
+                outcomes["rendered"] += 1
+                if field == "python" and ENV_REF.fullmatch(payload):
+                    continue  # `python: $VAR` names the node's interpreter: expanded by design
+                rendered.check_static(payload, scripts)
+                if scheduler == "local" and not job.tasks:
+                    rendered.run_locally(payload, field)
+            finally:
+                os.chdir(cwd)
+            assert not canary.exists(), f"{field}={payload!r} ran a command"
+    return scripts, outcomes
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_every_job_field_with_every_payload(scheduler, home, tmp_path):
+    canary = tmp_path / "CANARY"
+    payloads = canary_payloads(str(canary))
+    site = "local" if scheduler == "local" else "slurm-generic"
+    (tmp_path / "train.py").write_text("pass\n")
+
+    def build(field, payload):
+        extra = JOB_FIELDS[field](payload)
+        if scheduler == "slurm":
+            extra.setdefault("resources", {})
+            extra["resources"] = dict(extra["resources"], nodes=2)
+        return load_job(_job(extra, "train.py"), site=site)
+
+    scripts, outcomes = _walk(JOB_FIELDS, scheduler, tmp_path, payloads, build)
+    assert outcomes["refused"] and outcomes["rendered"]
+    _shellcheck(scripts, tmp_path)
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_every_site_field_with_every_payload(scheduler, home, tmp_path):
+    canary = tmp_path / "CANARY"
+    payloads = canary_payloads(str(canary))
+    (tmp_path / "train.py").write_text("pass\n")
+    nodes = 2 if scheduler == "slurm" else 1
+
+    def build(field, payload):
+        text = SITE_FIELDS[field].format(v=json.dumps(payload))
+        site = _site_file(tmp_path, text, scheduler)
+        return load_job(_job({"resources": {"nodes": nodes, "gpus_per_node": 2}}, "train.py"),
+                        site=site)
+
+    scripts, outcomes = _walk(SITE_FIELDS, scheduler, tmp_path, payloads, build)
+    assert outcomes["refused"] and outcomes["rendered"]
+    _shellcheck(scripts, tmp_path)
+
+
+def _shellcheck(scripts: list[str], tmp: Path) -> None:
+    """shellcheck on one script per distinct shape (the payloads are many; shellcheck is slow)."""
+    chosen = list({len(s.splitlines()): s for s in scripts}.values())[:40]
+    files = []
+    for i, text in enumerate(chosen):
+        path = tmp / f"check-{i}.sh"
+        path.write_text(text)
+        files.append(str(path))
+    proc = subprocess.run(["shellcheck", "--severity=style", "--shell=bash", *files],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[:4000]
+
+
+@pytest.mark.parametrize("field", sorted(JOB_FIELDS))
+def test_control_characters_are_refused_in_every_job_field(field, home, tmp_path):
+    (tmp_path / "train.py").write_text("pass\n")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for payload in CONTROL:
+            tried("control")
+            if field == "setup" and payload == "a\tb":
+                continue  # a TAB in a setup line is shell, as the user wrote it
+            extra = JOB_FIELDS[field](payload) if field != "setup" else {"setup": [payload]}
+            with pytest.raises(HpctrainError):  # (--site would override the job's own site)
+                load_job(_job(extra, "train.py"), site=None if field == "site" else "slurm-generic")
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize("field", sorted(SITE_FIELDS))
+def test_control_characters_are_refused_in_every_site_field(field, home, tmp_path):
+    for payload in CONTROL:
+        tried("control")
+        site = _site_file(tmp_path, SITE_FIELDS[field].format(v=json.dumps(payload)), "slurm")
+        with pytest.raises(HpctrainError):
+            load_job({"name": "x", "script": "t.py"}, site=site)
+
+
+def test_runs_dir_and_working_directory_with_control_characters(home, tmp_path, monkeypatch):
+    for payload in CONTROL:
+        tried("control", 2)
+        if "\x00" not in payload:  # no environment variable can hold a NUL
+            monkeypatch.setenv("HPCTRAIN_RUNS_DIR", str(tmp_path / payload))
+            with pytest.raises(HpctrainError, match=r"\$HPCTRAIN_RUNS_DIR"):
+                load_job({"name": "x", "script": "t.py"})
+            monkeypatch.delenv("HPCTRAIN_RUNS_DIR")
+        weird = tmp_path / payload.replace("\x00", "0").replace("/", "_")
+        weird.mkdir(exist_ok=True)
+        monkeypatch.chdir(weird)
+        if "\x00" in payload:
+            load_job({"name": "x", "script": "t.py"})  # (a path cannot hold a NUL: it became 0)
+        else:
+            with pytest.raises(HpctrainError, match="current directory"):
+                load_job({"name": "x", "script": "t.py"})
+
+
+# ----------------------------------------------------------------------------- YAML traps
+
+YAML_TRAPS = {
+    "duplicate key": ("name: a\nresources:\n  nodes: 4\n  nodes: 1\n", "given twice, at lines 3 and 4"),
+    "duplicate top key": ("name: a\nname: b\n", "given twice"),
+    "alias": ("name: &n a\nscript: *n\n", "aliases are not accepted"),
+    "merge key": ("base: &b {nodes: 2}\nresources:\n  <<: *b\n", "aliases are not accepted"),
+    "alias bomb": ("a: &a ['x','x']\nb: &b [*a,*a]\nc: &c [*b,*b]\nd: &d [*c,*c]\n", "aliases"),
+    "deep nesting": ("a: " + "[" * 10000 + "]" * 10000 + "\n", "nested deeper than 32"),
+    "deep mapping": ("".join(" " * i + f"k{i}:\n" for i in range(60)) + " " * 60 + "x: 1\n",
+                     "nested deeper"),
+    "raw NUL": ("name: a\x00b\n", "not allowed"),
+    "escaped NUL": ('name: "a\\0b"\n', "control character"),
+    "not a mapping": ("- a\n- b\n", "must hold a mapping"),
+    "bad indentation": ("name: a\n  script: b\n", "not valid YAML"),
+    "tab indentation": ("name: a\nresources:\n\tnodes: 2\n", "not valid YAML"),
+    "unquoted time": ("name: a\nscript: t.py\nresources: {time: 1:30:00}\n", 'quote it'),
+    "list as args item": ("name: a\nscript: t.py\nargs: [[1, 2]]\n", "args.0"),
+    "env list value": ("name: a\nscript: t.py\nenv: {A: [1, 2]}\n", "'env.A'"),
+    "env bad key": ("name: a\nscript: t.py\nenv: {A-B: '1'}\n", "'A-B' is not a valid key"),
+    "dot name": ("name: ..\nscript: t.py\n", "'name' is '..'"),
+    "dot name 2": ("name: .\nscript: t.py\n", "'name' is '.'"),
+    "long name": ("name: " + "a" * 300 + "\nscript: t.py\n", "'name'"),
+    "trailing newline name": ('name: "a\\n"\nscript: t.py\n', "control character"),
+    "arabic digits time": ('name: a\nscript: t.py\nresources: {time: "١٢:٠٠:٠٠"}\n', "resources.time"),
+    "empty grid": ("name: a\nscript: t.py\nsweep: {grid: {}}\n", "the sweep is empty"),
+    "empty grid values": ("name: a\nscript: t.py\nsweep: {grid: {env.X: []}}\n", "has no values"),
+    "duplicate seeds": ("name: a\nscript: t.py\nsweep: {seeds: [1, 1]}\n", "repeats 1"),
+    "huge sweep": ("name: a\nscript: t.py\nsweep: {grid: {env.A: [" + ",".join(map(str, range(1000)))
+                   + "], env.B: [" + ",".join(map(str, range(1000))) + "]}}\n", "1000000 tasks"),
+    "set through list": (None, "not an index"),
+}
+
+
+@pytest.mark.parametrize("trap", sorted(YAML_TRAPS))
+def test_yaml_traps_are_clear_errors(trap, home, tmp_path):
+    import time
+    text, expected = YAML_TRAPS[trap]
+    tried("yaml")
+    path = tmp_path / "job.yaml"
+    path.write_text(text or "name: a\nscript: t.py\nargs: [x]\n")
+    t0 = time.monotonic()
+    with pytest.raises(HpctrainError) as err:
+        load_job(str(path), site="localcluster",
+                 overrides=["args.5=x"] if text is None else ())
+    assert expected in str(err.value), str(err.value)
+    assert str(err.value).count("\n") <= 3 and "Traceback" not in str(err.value)
+    assert time.monotonic() - t0 < 10  # refused before any expansion (the bomb, the 10^6 sweep)
+
+
+def test_not_utf8_and_too_large(home, tmp_path):
+    tried("yaml", 3)
+    path = tmp_path / "job.yaml"
+    path.write_bytes(b"name: a\nscript: caf\xe9.py\n")
+    with pytest.raises(HpctrainError, match=r"job.yaml:2: not UTF-8"):
+        load_job(str(path))
+    path.write_bytes(b"name: a\n#" + b"x" * (1 << 20) + b"\n")
+    with pytest.raises(HpctrainError, match="larger than 1 MiB"):
+        load_job(str(path))
+    with pytest.raises(HpctrainError, match="is a directory"):
+        load_job(str(tmp_path))
+
+
+def test_port_rule_stays_below_65536(home, tmp_path):
+    tried("fields", 2)
+    site = _site_file(tmp_path, "name: p\nport: {base: 65000, span: 2000}\n", "slurm")
+    with pytest.raises(HpctrainError, match="reaches port 66999"):
+        load_job({"name": "x", "script": "t.py"}, site=site)
+    site = _site_file(tmp_path, "name: p\nport: {fixed: 80}\n", "slurm")
+    with pytest.raises(HpctrainError, match="port.fixed"):
+        load_job({"name": "x", "script": "t.py"}, site=site)
+
+
+def test_site_from_the_environment_says_so(home, monkeypatch):
+    tried("fields")
+    monkeypatch.setenv("HPCTRAIN_SITE", "/etc/passwd")
+    with pytest.raises(HpctrainError, match=r"from \$HPCTRAIN_SITE"):
+        load_job({"name": "x", "script": "t.py"})
+
+
+# ----------------------------------------------------------------------------- Hypothesis
+
+TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
+FAST = settings(max_examples=150, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FAST
+@given(TEXT)
+def test_yaml_loader_answers_any_text_with_a_document_or_an_error(text):
+    tried("hypothesis")
+    try:
+        doc = load_text(text, "gen.yaml")
+    except HpctrainError:
+        return
+    assert isinstance(doc, dict)
+
+
+@FAST
+@given(st.text(st.characters(exclude_categories=("Cs",)), max_size=60))
+def test_quoting_round_trips(value):
+    tried("hypothesis")
+    if "\x00" in value:
+        return  # no C string carries a NUL; the loader refuses it before quoting is reached
+    assert shlex.split(_q(value)) == [value]
+
+
+@FAST
+@given(st.text(max_size=60))
+def test_comment_text_cannot_end_the_line(value):
+    tried("hypothesis")
+    out = _comment(value)
+    assert not any(ch in out for ch in "\n\r\x00\x0b\x0c\x1c\x1d\x1e\x85") and "\u2028" not in out \
+        or "\u2028" in value
+
+
+@FAST
+@given(st.lists(TEXT, max_size=4), st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,6}", fullmatch=True),
+                                                   TEXT, max_size=3))
+def test_any_arguments_reach_bootstrap_json_unchanged_or_are_refused(args, env):
+    tried("hypothesis")
+    try:
+        job = load_job({"name": "gen", "script": "t.py", "args": args, "env": env},
+                       site="localcluster")
+    except HpctrainError:
+        assert any(_has_control(a) for a in args + list(env.values()))
+        return
+    plan = prepare(job, "RUN_ID").plan
+    assert plan.bootstrap["program"] == ["t.py", *args]
+    for key, value in env.items():
+        assert plan.env[key] == value
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
