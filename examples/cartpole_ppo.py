@@ -2,7 +2,8 @@
 
 Every rank collects its own episodes (its own seed: HPCTRAIN_SEED = seed + global rank), DDP
 averages the gradients, so all ranks hold the same policy. Rank 0 saves the checkpoint; every rank
-writes results/rank-R.json (weights digest, mean episode return).
+writes results/rank-R.json (weights digest before the first update and at the end, value loss and
+mean episode return of the first and the last update).
 
     hpctrain submit examples/cartpole_ppo.yaml                       # this machine, 2 ranks
     hpctrain submit examples/cartpole_ppo.yaml --site localcluster --set resources.nodes=2
@@ -61,9 +62,11 @@ def main():
         obs, _ = envs.reset(seed=seed)
         net = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space.n).to(ctx.device)
         model = DDP(net) if ctx.distributed else net  # DDP broadcasts rank 0's weights
+        initial_digest = digest(net)  # the weights every rank starts training from
         opt = torch.optim.Adam(model.parameters(), lr=2.5e-3)
         ep_ret = np.zeros(args.num_envs)
         finished: list[float] = []
+        value_losses, returns = [], []  # per update: this rank's mean value loss, the all-rank mean return
         mean_return, t0, update = 0.0, time.time(), 0
         for update in range(1, args.updates + 1):
             buf = {k: [] for k in ("obs", "act", "logp", "rew", "done", "val")}
@@ -95,18 +98,23 @@ def main():
             adv = adv.flatten()
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
             o, a, lp = b["obs"].flatten(0, 1), b["act"].flatten(), b["logp"].flatten()
+            vl = []
             for _ in range(4):
                 for idx in torch.randperm(len(a), device=ctx.device).split(128):
                     logits, v = model(o[idx])
                     d = torch.distributions.Categorical(logits=logits)
                     ratio = (d.log_prob(a[idx]) - lp[idx]).exp()
                     pg = -torch.min(ratio * adv[idx], ratio.clamp(0.8, 1.2) * adv[idx]).mean()
-                    loss = pg + 0.5 * (v - ret[idx]).pow(2).mean() - 0.01 * d.entropy().mean()
+                    value_loss = (v - ret[idx]).pow(2).mean()
+                    loss = pg + 0.5 * value_loss - 0.01 * d.entropy().mean()
                     opt.zero_grad()
                     loss.backward()  # DDP averages the gradients over all ranks here
                     opt.step()
+                    vl.append(value_loss.item())
+            value_losses.append(sum(vl) / len(vl))
             s = ctx.all_sum({"return": sum(finished), "episodes": len(finished)})
             mean_return = s["return"] / max(1.0, s["episodes"])
+            returns.append(mean_return)
             finished = []
             if ctx.is_main:
                 print(f"update {update}: mean return {mean_return:.1f} over {int(s['episodes'])} episodes")
@@ -119,7 +127,11 @@ def main():
             torch.save({"update": update, "model": net.state_dict()}, checkpoint)
         result = {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
                   "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
-                  "updates": update, "mean_return": mean_return, "params_sha256": digest(net),
+                  "updates": update, "mean_return": mean_return,
+                  "initial_params_sha256": initial_digest, "params_sha256": digest(net),
+                  "loss": "value loss (mean squared error to the GAE returns)",
+                  "first_loss": value_losses[0], "last_loss": value_losses[-1],
+                  "first_return": returns[0], "last_return": returns[-1],
                   "checkpoint": checkpoint, "train_wall_s": round(time.time() - t0, 3)}
         os.makedirs(os.path.join(args.out, "results"), exist_ok=True)
         with open(os.path.join(args.out, "results", f"rank-{ctx.rank}.json"), "w") as f:

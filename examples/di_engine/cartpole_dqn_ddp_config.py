@@ -3,7 +3,9 @@
 As upstream: policy.multi_gpu=True and `with DDPContext(): serial_pipeline(...)` in __main__;
 hpctrain starts it with torchrun (library: di_engine, config: this file) from the run directory,
 so ./cartpole_dqn_ddp/ (checkpoints, logs) lands in the run. Added for checking: every rank writes
-results/rank-R.json with the sha256 of its final Q-network.
+results/rank-R.json with the sha256 of its Q-network before the first training iteration and at the
+end, and its DQN loss of the first and the last iteration, recorded by two learner hooks of ours
+(DI-engine's own extension point; added only when this file runs as the script).
 """
 import hashlib
 import json
@@ -42,24 +44,64 @@ create_config = EasyDict(dict(
     policy=dict(type='dqn'),
 ))
 
+
+def digest(model) -> str:
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
 if __name__ == "__main__":
     import argparse
 
+    import torch
     from ding.entry import serial_pipeline
+    from ding.model import DQN
     from ding.utils import DDPContext, get_rank, get_world_size
+    from ding.worker import LearnerHook, register_learner_hook
+
+    seen = {}
+
+    class RecordLearning(LearnerHook):
+        """What DI-engine's learner holds. Before the run: the policy's model, whose parameters
+        Policy.__init__ broadcast from rank 0 (multi_gpu). After each training iteration: this
+        rank's total_loss (the DQN TD loss) in the learner's log buffer, read before DI-engine's
+        LogReduceHook (priority 10) averages it over the ranks and LogShowHook (20) clears it."""
+
+        def __call__(self, engine):
+            if self.position == 'before_run':
+                seen['initial_params_sha256'] = digest(engine.policy.get_attribute('model'))
+            else:
+                seen.setdefault('first_loss', engine.log_buffer['scalar']['total_loss'])
+                seen['last_loss'] = engine.log_buffer['scalar']['total_loss']
+
+    register_learner_hook('record_learning', RecordLearning)
+    main_config.policy.learn.learner = EasyDict(hook=dict(
+        # before_run: after load_ckpt_before_run (priority 20), so a loaded checkpoint is what counts
+        record_initial=dict(name='record_initial', type='record_learning', position='before_run', priority=30),
+        record_loss=dict(name='record_loss', type='record_learning', position='after_iter', priority=5),
+    ))
 
     p = argparse.ArgumentParser()
     p.add_argument("--max-env-step", type=int, default=400)
     args = p.parse_args()
     with DDPContext():
-        policy = serial_pipeline((main_config, create_config), seed=0, max_env_step=args.max_env_step)
+        # serial_pipeline seeds every rank alike (seed=0, as upstream: ranks that differ in their
+        # episodes make ding's DDP collector all-reduce mismatched dtypes), so the Q-network it
+        # builds would start equal on every rank anyway. Build it from a per-rank seed instead:
+        # equal initial digests then show Policy.__init__'s broadcast from rank 0.
+        torch.manual_seed(get_rank())
+        model = DQN(**main_config.policy.model)
+        policy = serial_pipeline((main_config, create_config), seed=0, model=model,
+                                 max_env_step=args.max_env_step)
         rank, world = get_rank(), get_world_size()
-        h = hashlib.sha256()
-        for name, t in sorted(policy._model.state_dict().items()):
-            h.update(name.encode())
-            h.update(t.detach().cpu().contiguous().numpy().tobytes())
         out = os.path.join(os.environ.get("HPCTRAIN_RUN_DIR", "."), "results")
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, f"rank-{rank}.json"), "w") as f:
-            json.dump({"rank": rank, "world_size": world, "params_sha256": h.hexdigest(),
+            json.dump({"rank": rank, "world_size": world, "params_sha256": digest(policy._model),
+                       "initial_params_sha256": seen.get('initial_params_sha256'),
+                       "loss": "DQN total_loss (DI-engine learner log buffer)",
+                       "first_loss": seen.get('first_loss'), "last_loss": seen.get('last_loss'),
                        "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname()}, f)

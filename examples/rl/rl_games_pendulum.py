@@ -15,7 +15,8 @@ Resume (rl-games' own restore: weights, optimizer, epoch and frame counters):
     torchrun ... examples/rl/rl_games_pendulum.py --checkpoint /tmp/rlg/checkpoints/nn/last_pendulum_ep_5_rew_<R>.pth
 
 Outputs: DIR/checkpoints/nn/last_pendulum_ep_<epoch>_rew_<reward>.pth (rank 0, rl-games' own
-save; "epoch" inside) and DIR/results/rank-<RANK>.json on every rank.
+save; "epoch" inside) and DIR/results/rank-<RANK>.json on every rank: sha256 of the weights as
+the first epoch starts and at the end, and rl-games' critic loss of the first and the last epoch.
 """
 
 import argparse
@@ -28,6 +29,8 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
+from rl_games.algos_torch import torch_ext
+from rl_games.algos_torch.a2c_continuous import A2CAgent
 from rl_games.common import env_configurations, vecenv
 from rl_games.common.algo_observer import DefaultAlgoObserver
 from rl_games.common.ivecenv import IVecEnv
@@ -108,6 +111,24 @@ def params_digest(module) -> str:
     return h.hexdigest()
 
 
+class RecordingA2CAgent(A2CAgent):
+    """rl-games' continuous PPO agent, keeping two things for the result file: the weights as the
+    first epoch starts (train() has broadcast rank 0's by then; the constructor's are per-rank
+    random) and each epoch's mean critic loss, the value rl-games logs as losses/c_loss (on rank 0
+    only: every rank keeps its own here)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.initial_digest, self.critic_losses = None, []
+
+    def train_epoch(self):
+        if self.initial_digest is None:
+            self.initial_digest = params_digest(self.model)
+        stats = super().train_epoch()  # (..., a_losses, c_losses, ...): one entry per mini-batch
+        self.critic_losses.append(torch_ext.mean_list(stats[5]).item())
+        return stats
+
+
 def main():
     args = parse_args()
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -127,6 +148,7 @@ def main():
 
     observer = DefaultAlgoObserver()  # keeps a reference to the agent (after_init)
     runner = Runner(observer)
+    runner.algo_factory.register_builder("a2c_continuous", lambda **kw: RecordingA2CAgent(**kw))
     runner.load(agent_config(args, rank, world, device, max_epochs=resumed_from + args.updates))
     runner.reset()
     t0 = time.time()
@@ -142,7 +164,10 @@ def main():
         "library": "rl_games", "rank": rank, "world_size": world, "local_rank": local_rank,
         "hostname": socket.gethostname(), "updates": agent.epoch_num - resumed_from,
         "resumed_from": resumed_from, "iteration": agent.epoch_num,
-        "params_sha256": params_digest(agent.model), "checkpoint": ckpt, "train_wall_s": round(wall, 3),
+        "initial_params_sha256": agent.initial_digest, "params_sha256": params_digest(agent.model),
+        "loss": "critic loss (rl-games losses/c_loss)",
+        "first_loss": agent.critic_losses[0], "last_loss": agent.critic_losses[-1],  # >= 1 epoch ran
+        "checkpoint": ckpt, "train_wall_s": round(wall, 3),
     }
     os.makedirs(os.path.join(args.out, "results"), exist_ok=True)
     with open(os.path.join(args.out, "results", f"rank-{rank}.json"), "w") as f:

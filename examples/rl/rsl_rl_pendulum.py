@@ -25,7 +25,8 @@ Resume (to 10 iterations in all):
     torchrun ... examples/rl/rsl_rl_pendulum.py --checkpoint /tmp/rsl/checkpoints/model_5.pt --updates 10
 
 Outputs: DIR/checkpoints/model_<N>.pt (rank 0, rsl-rl's own format; "iter" inside = N = iterations
-done), DIR/results/rank-<RANK>.json on every rank (sha256 of the final actor+critic weights) and
+done), DIR/results/rank-<RANK>.json on every rank (sha256 of the actor+critic weights before the
+first update and at the end, rsl-rl's value loss of the first and the last update) and
 DIR/results/attempts.jsonl, one line per rank and run (iteration started from, SLURM_RESTART_COUNT,
 iteration reached, why it stopped).
 """
@@ -41,6 +42,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
+from rsl_rl.algorithms import PPO
 from rsl_rl.env import VecEnv
 from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
@@ -91,6 +93,23 @@ class PendulumVecEnv(VecEnv):
         return self.get_observations(), rew.to(self.device), dones.long().to(self.device), extras
 
 
+class RecordingPPO(PPO):
+    """rsl-rl's PPO, keeping two things for the result file: the weights before the first update
+    (learn() has broadcast rank 0's by then) and each update's mean value loss, the "value" entry
+    of the loss dict that rsl-rl's logger writes as Loss/value (rank 0 only: each rank keeps its own)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.initial_digest, self.value_losses = None, []
+
+    def update(self) -> dict[str, float]:
+        if self.initial_digest is None:
+            self.initial_digest = params_digest(self._raw_actor, self._raw_critic)
+        loss_dict = super().update()
+        self.value_losses.append(loss_dict["value"])
+        return loss_dict
+
+
 def train_cfg(steps: int, save_interval: int) -> dict:
     mlp = {"class_name": "MLPModel", "hidden_dims": [64, 64], "activation": "elu", "obs_normalization": False}
     return {
@@ -100,7 +119,7 @@ def train_cfg(steps: int, save_interval: int) -> dict:
         "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
         "actor": {**mlp, "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
         "critic": dict(mlp),
-        "algorithm": {"class_name": "PPO", "learning_rate": 1e-3, "num_learning_epochs": 4,
+        "algorithm": {"class_name": RecordingPPO, "learning_rate": 1e-3, "num_learning_epochs": 4,
                       "num_mini_batches": 4, "schedule": "adaptive", "desired_kl": 0.01},
         "logger": "tensorboard",
     }
@@ -187,11 +206,15 @@ def main():
     if stopped == "completed":
         ckpt = save(done)
 
+    losses = runner.alg.value_losses  # none when a resumed run had no iteration left to do
     result = {
         "library": "rsl_rl", "rank": rank, "world_size": world, "local_rank": local_rank,
         "hostname": socket.gethostname(), "updates": args.updates, "resumed_from": resumed_from,
         "iteration": done, "stopped": stopped,
+        "initial_params_sha256": runner.alg.initial_digest,
         "params_sha256": params_digest(runner.alg._raw_actor, runner.alg._raw_critic),
+        "loss": "value loss (rsl-rl PPO.update()['value'])",
+        "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
         "checkpoint": ckpt, "train_wall_s": round(wall, 3),
     }
     attempt.update(reached=done, stopped=stopped, params_sha256=result["params_sha256"])

@@ -20,7 +20,8 @@ Resume: --checkpoint DIR/checkpoints/agent_<timestep>.pickle (the timestep in sk
 gives the update to resume from; skrl's JAX checkpoints hold only parameters).
 
 Outputs: DIR/checkpoints/agent_<timestep>.pickle (rank 0, skrl's agent.save) and
-DIR/results/rank-<JAX_RANK>.json on every rank.
+DIR/results/rank-<JAX_RANK>.json on every rank: sha256 of the policy+value parameters before the
+first update and at the end, skrl's value loss of the first and the last update.
 """
 
 import argparse
@@ -114,7 +115,9 @@ def main():
     cfg = PPO_CFG(rollouts=args.steps, learning_epochs=2, mini_batches=2, learning_rate=3e-4,
                   discount_factor=0.99, gae_lambda=0.95, grad_norm_clip=1.0, value_loss_scale=1.0,
                   time_limit_bootstrap=True, rewards_shaper=lambda r, *a, **k: r * 0.1)
-    cfg.experiment.write_interval = 0  # no TensorBoard; we save explicitly below
+    # No TensorBoard (we save explicitly below). Then skrl never flushes (and clears) the statistics
+    # it tracks for it either: agent.tracking_data["Loss / Value loss"] keeps one value per update.
+    cfg.experiment.write_interval = 0
     cfg.experiment.checkpoint_interval = 0
     memory = RandomMemory(memory_size=args.steps, num_envs=env.num_envs, device=device)
     agent = PPO(models=models, memory=memory, observation_space=env.observation_space,
@@ -125,7 +128,9 @@ def main():
         agent.load(args.checkpoint)  # every rank loads the same file
         resumed_from = int(re.search(r"agent_(\d+)", os.path.basename(args.checkpoint)).group(1)) // args.steps
 
-    # The trainer calls agent.init(), which broadcasts rank 0's parameters to all ranks.
+    # The agent's constructor broadcast rank 0's parameters (each rank built its own from its
+    # own seed) and a resume loaded the same file on every rank: these are the weights that train.
+    initial_digest = params_digest(agent.policy, agent.value)
     trainer = SequentialTrainer(env=env, agents=agent, cfg={
         "timesteps": args.updates * args.steps, "headless": True, "disable_progressbar": True,
         "close_environment_at_exit": False})
@@ -139,10 +144,14 @@ def main():
         os.makedirs(os.path.join(args.out, "checkpoints"), exist_ok=True)
         ckpt = os.path.join(args.out, "checkpoints", f"agent_{updates_total * args.steps}.pickle")
         agent.save(ckpt)
+    losses = agent.tracking_data["Loss / Value loss"]  # one per update
     result = {
         "library": "skrl_jax", "rank": rank, "world_size": world, "local_rank": skrl_config.jax.local_rank,
         "hostname": socket.gethostname(), "updates": args.updates, "resumed_from": resumed_from,
-        "iteration": updates_total, "params_sha256": params_digest(agent.policy, agent.value),
+        "iteration": updates_total,
+        "initial_params_sha256": initial_digest, "params_sha256": params_digest(agent.policy, agent.value),
+        "loss": "value loss (skrl tracking_data['Loss / Value loss'])",
+        "first_loss": float(losses[0]), "last_loss": float(losses[-1]),
         "checkpoint": ckpt, "train_wall_s": round(wall, 3),
     }
     os.makedirs(os.path.join(args.out, "results"), exist_ok=True)

@@ -23,8 +23,10 @@ Resume (skrl's agent.load: models, optimizer, preprocessors and our update count
     torchrun ... examples/rl/skrl_torch_pendulum.py --checkpoint /tmp/skrl/checkpoints/agent_160.pt --updates 10
 
 Outputs: DIR/checkpoints/agent_<timestep>.pt (rank 0, skrl's agent.save) and
-DIR/results/rank-<RANK>.json on every rank, DIR/results/attempts.jsonl (one line per rank and run:
-update started from, SLURM_RESTART_COUNT, update reached, why it stopped).
+DIR/results/rank-<RANK>.json on every rank (sha256 of the policy+value weights before the first
+update and at the end, skrl's value loss of the first and the last update),
+DIR/results/attempts.jsonl (one line per rank and run: update started from, SLURM_RESTART_COUNT,
+update reached, why it stopped).
 """
 
 import argparse
@@ -163,7 +165,9 @@ def main():
     cfg = PPO_CFG(rollouts=args.steps, learning_epochs=4, mini_batches=4, learning_rate=3e-4,
                   discount_factor=0.99, gae_lambda=0.95, grad_norm_clip=1.0, value_loss_scale=1.0,
                   time_limit_bootstrap=True, rewards_shaper=lambda r, *a, **k: r * 0.1)
-    cfg.experiment.write_interval = 0  # no TensorBoard
+    # No TensorBoard. Then skrl never flushes (and clears) the statistics it tracks for it either:
+    # agent.tracking_data["Loss / Value loss"] keeps one value per update, read at the end.
+    cfg.experiment.write_interval = 0
     # skrl's own interval names files by the timestep of this run, which restarts at 0 after a
     # resume: the hook saves at --save-interval instead, named by the total.
     cfg.experiment.checkpoint_interval = 0
@@ -195,7 +199,9 @@ def main():
                "job_restart": int(os.environ.get("SLURM_RESTART_COUNT", 0)),
                "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname()}
     print(f"[rank {rank}] starting at update {resumed_from}", flush=True)
-    # The trainer calls agent.init(), which broadcasts rank 0's parameters to all ranks.
+    # The agent's constructor broadcast rank 0's parameters (each rank built its own from its
+    # own seed) and a resume loaded the same file on every rank: these are the weights that train.
+    initial_digest = params_digest(agent.policy, agent.value)
     trainer = SequentialTrainer(env=env, agents=agent, cfg={
         "timesteps": max(args.updates - resumed_from, 0) * args.steps, "headless": True,
         "disable_progressbar": True, "close_environment_at_exit": False})
@@ -208,11 +214,14 @@ def main():
     wall = time.time() - t0
     ckpt = save()
 
+    losses = agent.tracking_data["Loss / Value loss"]  # this run's updates (none if nothing was left)
     result = {
         "library": "skrl", "rank": rank, "world_size": world, "local_rank": local_rank,
         "hostname": socket.gethostname(), "updates": args.updates, "resumed_from": resumed_from,
         "iteration": progress.updates, "stopped": stopped,
-        "params_sha256": params_digest(agent.policy, agent.value),
+        "initial_params_sha256": initial_digest, "params_sha256": params_digest(agent.policy, agent.value),
+        "loss": "value loss (skrl tracking_data['Loss / Value loss'])",
+        "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
         "checkpoint": ckpt, "train_wall_s": round(wall, 3),
     }
     attempt.update(reached=progress.updates, stopped=stopped, params_sha256=result["params_sha256"])

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tests.conftest import read_results, submitted, wait_for_job
+from tests.e2e.learning import check_learned
 from tests.slurm.survive import attempts, preempt, slurm_log, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
@@ -80,6 +81,7 @@ def test_preempted_rl_training_saves_requeues_and_resumes(library, cli, cluster)
     assert len({r["hostname"] for r in results}) == 2, results
     assert {r["iteration"] for r in results} == {UPDATES}
     assert len({r["params_sha256"] for r in results}) == 1, results
+    check_learned(results)  # the resumed run trained on from the weights it loaded
     assert [r["rank"] for r in results if r["checkpoint"]] == [0]
     assert ckpts[-1].name == checkpoint(UPDATES)
 
