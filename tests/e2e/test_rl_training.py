@@ -123,7 +123,6 @@ def test_cartpole_ppo_on_this_machine(cli):
     assert len({r["mean_return"] for r in results}) == 1  # summed across ranks: one value
     assert results[0]["mean_return"] > 30  # a random policy gets ~22: it learned
     assert list(run_dir.glob("checkpoints/policy_*.pt"))
-    assert elapsed < 60, f"took {elapsed:.1f} s"
     print(f"cartpole local 1x2: {elapsed:.1f} s")
 
 
