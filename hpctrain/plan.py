@@ -15,7 +15,6 @@ from . import __version__, survive
 from .checks import procs_per_node
 from .libraries import adapter
 from .loading import Job
-from .rank.records import RankConfig
 from .spec import env_text
 
 # A msgspec Struct rather than a dataclass: `dataclasses` (with `inspect`) is ~5 ms of imports
@@ -133,7 +132,8 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
     rdzv_conf = ",".join(f"{k}={v}" for k, v in t.items())
     preflight = spec.launcher.preflight if spec.launcher.preflight is not None else spec.resources.nodes > 1
     program = lib.program(spec)
-    bootstrap = RankConfig(
+    # bootstrap.json: the fields of rank/records.RankConfig, every one given here.
+    bootstrap = dict(
         program=program,
         library=spec.library,
         cpu_mode=spec.cpu_mode or site.cpu_mode,
@@ -154,7 +154,7 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         # The rank check is a store of torch's: torch libraries started by torchrun only.
         rank_check_timeout=(survive.preflight_timeout(job) if preflight and lib.torch_library
                             and lib.launcher == "torchrun" else None),
-    ).to_dict()
+    )
     return LaunchPlan(
         name=spec.name, site=site.name, backend=site.scheduler, run_dir=run_dir,
         workdir=job.workdir, directives=directives, gpus=gpus,

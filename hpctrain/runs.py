@@ -24,7 +24,10 @@ import msgspec
 from pathlib import Path
 
 from .errors import HpctrainError
-from .rank.records import RecordError, RunRecord
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the records module is read only when a run is (not on render's path)
+    from .rank.records import RunRecord
 
 RECORD = "run.json"
 
@@ -70,6 +73,7 @@ class Run(msgspec.Struct):
 
     @property
     def record(self) -> RunRecord:
+        from .rank.records import RecordError, RunRecord
         try:
             return RunRecord.load(str(self.path / RECORD))
         except FileNotFoundError:

@@ -15,7 +15,10 @@ from typing import ClassVar
 
 import msgspec
 
-from ..runs import Run
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..runs import Run
 
 
 class State(str, Enum):

@@ -12,8 +12,12 @@ import time
 from pathlib import Path
 
 from ..errors import HpctrainError
-from ..rank.records import RunRecord
+from typing import TYPE_CHECKING
+
 from ..runs import Run
+
+if TYPE_CHECKING:
+    from ..rank.records import RunRecord
 from .base import Backend, JobState, State
 from .summary import fmt_elapsed, summarise
 

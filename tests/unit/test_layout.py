@@ -23,7 +23,11 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     """Every hpctrain module this one imports, at the top or deferred inside a function."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):  # what `if TYPE_CHECKING:` imports is never imported
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            node.body = []
+    for node in ast.walk(tree):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -70,6 +74,20 @@ def test_no_import_cycle():
     for name in sorted(graph):
         if name not in state:
             visit(name)
+
+
+def test_bootstrap_json_is_exactly_the_rank_config(home):
+    """plan.py writes bootstrap.json as a dict (render need not import the records module);
+    it has exactly RankConfig's fields, each set."""
+    import dataclasses
+
+    from hpctrain.loading import load_job
+    from hpctrain.plan import make_plan
+    from hpctrain.rank.records import RankConfig
+    plan = make_plan(load_job({"name": "x", "script": "t.py"}, site="localcluster"), "/r")
+    fields = {f.name for f in dataclasses.fields(RankConfig)} - {"extra"}
+    assert set(plan.bootstrap) == fields
+    assert RankConfig(**plan.bootstrap).to_dict() == plan.bootstrap
 
 
 def test_rank_side_is_stdlib_only_and_self_contained():
