@@ -9,6 +9,7 @@ so a run keeps working whatever later happens to the installed hpctrain.
     preflight.py   the node barrier before torchrun, the rank meeting before the program
     cpu_shims.py   what each RL library needs to run its distributed mode on CPU with gloo
     hooks.py       the post-import hook the shims and the device pin use
+    progress.py    report(step, **metrics): how far a rank got, for status and hang detection
     records.py     the run directory's records (run.json, bootstrap.json, rank status, failure)
     ddp.py         DDPContext: a helper for plain torch.distributed training programs
 """

@@ -375,6 +375,10 @@ def main(config_path: str) -> int:
     tee_output(os.path.join(run_dir, "logs", f"rank-{me.rank}.log"), f"[rank {me.rank}] ")
     clear_rank_failure(status_dir, me.rank)  # an earlier attempt's: this attempt starts clean
     record_identity(status_dir, me)
+    # `import hpctrain_progress` works in any program under the bootstrap, whatever interpreter
+    # runs it and whether hpctrain is installed there (rank/progress.py).
+    from . import progress
+    sys.modules.setdefault("hpctrain_progress", progress)
     error = ""
     try:
         set_environment(config, me)

@@ -4,6 +4,7 @@
     bootstrap.json           RankConfig     what every rank's bootstrap does (written at submit)
     status/rank-R.json       RankIdentity   written by rank R at start: node, pid
     status/rank-R.failed.json RankFailure   written by rank R when its program failed
+    status/progress-R.json   Progress       written by rank R as its training advances
     status/failure.json      JobFailure     written by the batch shell when the job failed
 
 Standard library only: the ranks write these (under whatever interpreter the job uses) and the
@@ -270,6 +271,42 @@ def read_rank_failures(run_dir: str, tasks: bool = True) -> list[RankFailure]:
 def first_failure(failures: list[RankFailure]) -> RankFailure | None:
     """The cause: the earliest failure (its peers fail a moment later, of losing it)."""
     return min(failures, key=lambda f: (f.time or "~", f.rank)) if failures else None
+
+
+@dataclass
+class Progress:
+    """status/progress-R.json: how far rank R's training got (rank/progress.report)."""
+    rank: int
+    step: int  # the library's own count: iteration, update, epoch
+    time: float  # when it reported it (epoch seconds)
+    rate: float | None = None  # steps per second since this attempt's first report
+    metrics: dict = field(default_factory=dict)  # the newest values: reward, loss, ...
+    attempt: int = 0  # SLURM_RESTART_COUNT when it reported (requeues start a new attempt)
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return _asdict(self)
+
+
+_PROGRESS_FILE = re.compile(r"^progress-(\d+)\.json$")
+
+
+def write_progress(status_dir: str, progress: Progress) -> None:
+    os.makedirs(status_dir, exist_ok=True)
+    write_json(os.path.join(status_dir, f"progress-{progress.rank}.json"), progress.to_dict(),
+               indent=None)
+
+
+def read_progress(directory: str) -> list[Progress]:
+    """Every rank's newest progress in this run (or sweep task) directory, by rank; files being
+    replaced or damaged are left out (progress is a report, not a verdict)."""
+    out = []
+    for _, path in _rank_files(os.path.join(directory, "status"), _PROGRESS_FILE):
+        try:
+            out.append(_build(Progress, read_json(path), path))
+        except (OSError, RecordError):
+            continue
+    return out
 
 
 def write_job_failure(run_dir: str, failure: JobFailure) -> None:

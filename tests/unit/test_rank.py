@@ -231,3 +231,29 @@ def test_summarize_names_the_first_failure(tmp_path):
     failure = read_job_failure(str(tmp_path))
     assert failure.message == "rank 1 on n1 failed (exit status 1): boom; 1 more rank(s) failed, see ranks"
     assert [r["rank"] for r in failure.ranks] == [1, 2]
+
+
+def test_progress_reports_are_rate_limited_and_read_back(tmp_path, monkeypatch):
+    from hpctrain.rank import progress
+    from hpctrain.rank.records import read_progress
+    monkeypatch.setenv("HPCTRAIN_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("HPCTRAIN_RANK", "3")
+    monkeypatch.setattr(progress, "_state", {"last_write": 0.0, "first": None, "first_step": None})
+    clock = iter([100.0, 100.5, 102.0])
+    monkeypatch.setattr(progress.time, "time", lambda: next(clock))
+    progress.report(10, reward=-5, note="not a number")
+    progress.report(11, reward=-4)  # within a second of the last write: not written
+    [p] = read_progress(str(tmp_path))
+    assert (p.rank, p.step, p.metrics, p.rate) == (3, 10, {"reward": -5.0}, None)
+    progress.report(14, reward=-2)
+    [p] = read_progress(str(tmp_path))
+    assert (p.step, p.rate) == (14, 2.0)  # 4 steps in 2 s
+
+
+def test_programs_under_the_bootstrap_can_import_hpctrain_progress(tmp_path):
+    (tmp_path / "prog.py").write_text("import hpctrain_progress\nhpctrain_progress.report(7, loss=0.5)\n")
+    proc = run_copy(tmp_path, {"cpu_mode": "off", "program": [str(tmp_path / "prog.py")]})
+    assert proc.returncode == 0, proc.stderr
+    from hpctrain.rank.records import read_progress
+    [p] = read_progress(str(tmp_path / "run"))
+    assert (p.step, p.metrics) == (7, {"loss": 0.5})

@@ -1,0 +1,51 @@
+"""Progress: each rank says how far its training got — for `status`, `submit --wait`, and the
+hang detection that ends a job in which no rank moves any more.
+
+    from hpctrain.rank.progress import report     # or, under the bootstrap, any interpreter:
+    report(iteration, reward=mean_return)         # import hpctrain_progress; hpctrain_progress.report(...)
+
+report() is cheap enough to call every iteration: it writes RUN_DIR/status/progress-R.json
+(records.Progress) at most once a second (and always on the first call), atomically. The
+library hooks of the rank side call it at every iteration boundary of the RL libraries; a plain
+program calls it itself. Outside an hpctrain run (no HPCTRAIN_RUN_DIR) it does nothing.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from .records import Progress, write_progress
+
+MIN_INTERVAL = 1.0  # seconds between two writes of one rank's file
+
+_state = {"last_write": 0.0, "first": None, "first_step": None}
+
+
+def report(step: int, **metrics: float) -> None:
+    """This rank reached `step` (an iteration, an update, an epoch: the library's own count);
+    `metrics` are the newest values of what it logs (reward, loss, ...)."""
+    run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
+    if not run_dir:
+        return
+    now = time.time()
+    if _state["first"] is None:
+        _state["first"], _state["first_step"] = now, step
+    elif now - _state["last_write"] < MIN_INTERVAL:
+        return
+    _state["last_write"] = now
+    elapsed = now - _state["first"]
+    done = step - _state["first_step"]
+    rate = done / elapsed if elapsed > 0 and done > 0 else None
+    clean = {}
+    for key, value in metrics.items():
+        try:
+            clean[str(key)] = float(value)
+        except (TypeError, ValueError):
+            continue
+    try:
+        write_progress(os.path.join(run_dir, "status"), Progress(
+            rank=int(os.environ.get("HPCTRAIN_RANK", os.environ.get("RANK", "0"))), step=int(step),
+            time=now, rate=rate, metrics=clean,
+            attempt=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)))
+    except OSError:
+        pass  # progress is a report, never a reason for the training to fail
