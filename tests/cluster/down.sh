@@ -114,7 +114,7 @@ if [[ -d ${NS_DIR} ]]; then
     for f in "${ns_files[@]}"; do
         umount "${f}" 2>/dev/null || umount -l "${f}" || true
     done
-    rm -f "${NS_DIR}"/*.uts "${NS_DIR}"/*.mnt
+    rm -f "${NS_DIR}"/*.uts "${NS_DIR}"/*.mnt 2>/dev/null || true
     for _ in 1 2 3; do
         mountpoint -q "${NS_DIR}" || break
         umount "${NS_DIR}" 2>/dev/null || umount -l "${NS_DIR}" || true

@@ -127,23 +127,28 @@ def _events(path: Path) -> list[tuple[float, str]]:
     events = []
     for line in path.read_text().splitlines():
         stamp, _, what = line.partition(" ")
-        events.append((float(stamp), what))
+        try:
+            events.append((float(stamp), what))
+        except ValueError:
+            events.append((float("inf"), line))  # unparsable: last in the timeline
     return sorted(events)
 
 
 VICTIM = """#!/bin/bash
 #SBATCH -p debug -N2 --ntasks-per-node=1 -w node1,node2 --open-mode=append -o {d}/victim.out
+# Time stamps from bash's $EPOCHREALTIME: a `date` child would be in the step and get the
+# signals too.
 D={d}
 run=${{SLURM_RESTART_COUNT:-0}}
-log() {{ echo "$(date +%s.%N) run=$run $*" >> "$D/events"; }}
+log() {{ echo "$EPOCHREALTIME run=$run $*" >> "$D/events"; }}
 for s in TERM CONT USR1 USR2 INT HUP; do trap "log batch got $s" $s; done
 log batch start restart=${{SLURM_RESTART_COUNT-unset}}
 if [[ $run == 0 ]]; then
     # A step that notes every signal and keeps running (a trainer that ignores SIGTERM).
-    srun bash -c 'h=$(hostname); log() {{ echo "$(date +%s.%N) run=0 $*" >> {d}/events; }}
+    srun bash -c 'h=$(hostname); log() {{ echo "$EPOCHREALTIME run=0 $*" >> {d}/events; }}
         for s in TERM CONT USR1 USR2 INT HUP; do trap "log step-$h got $s" $s; done
         log step-$h ready
-        while :; do date +%s.%N > {d}/alive-$h; sleep 0.1; done' &
+        while :; do echo $EPOCHREALTIME > {d}/alive-$h; sleep 0.1; done' &
     while :; do sleep 0.1 & wait $!; done
 fi
 log batch second run done
