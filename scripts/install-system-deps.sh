@@ -4,7 +4,11 @@
 # runs `apt-get update` only when something is missing.
 set -euo pipefail
 
-PACKAGES=(slurmctld slurmd slurm-client shellcheck iproute2 procps)
+# Slurm for the local test cluster; openssh (an sshd per node, a login node, a laptop);
+# podman with runc (crun fails on this cgroup layout) and catatonit (`podman run --init`);
+# lmod (real modules on the nodes); rsync (copying code to hosts). See tests/cluster/README.md.
+PACKAGES=(slurmctld slurmd slurm-client shellcheck iproute2 procps
+    openssh-server openssh-client podman runc conmon catatonit lmod rsync util-linux)
 
 if [[ ${EUID} -ne 0 ]]; then
     echo "install-system-deps: must run as root" >&2

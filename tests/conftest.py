@@ -90,8 +90,9 @@ def cli(home) -> Cli:
 
 
 @pytest.fixture(scope="session")
-def cluster():
-    """The real local Slurm cluster (tests/cluster/up.sh is idempotent: ~0.05 s when up)."""
+def cluster(_cluster_lock):
+    """The real local Slurm cluster (tests/cluster/up.sh is idempotent: ~0.05 s when up), held
+    for this pytest session alone (see _cluster_lock)."""
     proc = subprocess.run(["bash", str(CLUSTER_UP)], capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         pytest.fail(f"could not start the local Slurm cluster:\n{proc.stdout}\n{proc.stderr}")
@@ -132,3 +133,81 @@ def submitted(stdout: str) -> tuple[str, Path]:
 
 def read_results(run_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((run_dir / "results").glob("rank-*.json"))]
+
+
+CLUSTER_LOCK = Path("/run/hpctrain-cluster.lock")
+CLUSTER_LOCK_WAIT_S = 3600
+
+
+def _lock_held_by_us_or_an_ancestor(path: Path) -> bool:
+    """True when an inherited descriptor or an ancestor process already holds the flock on
+    `path` (e.g. `flock /run/hpctrain-cluster.lock pytest ...`): waiting would deadlock."""
+    import fcntl
+
+    real = os.path.realpath(path)
+    for fd_name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd_name}") != real:
+                continue
+            fcntl.flock(int(fd_name), fcntl.LOCK_EX | fcntl.LOCK_NB)  # same open file: succeeds
+            return True
+        except OSError:
+            continue
+    try:
+        inode = os.stat(path).st_ino
+        locks = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    holders = {int(f[4]) for f in (line.split() for line in locks.splitlines())
+               if len(f) > 5 and f[1] == "FLOCK" and f[5].endswith(f":{inode}")}
+    pid = os.getppid()
+    while pid > 1:
+        if pid in holders:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
+
+
+@pytest.fixture(scope="session")
+def _cluster_lock(request):
+    """One pytest session at a time on the one local cluster: an exclusive flock on
+    /run/hpctrain-cluster.lock for the whole session, taken before up.sh runs (up.sh/down.sh
+    do not take it; they serialise among themselves on their own lock). Waits up to an hour,
+    saying so. Shell users take the same lock: `flock -w 3600 /run/hpctrain-cluster.lock CMD`."""
+    import fcntl
+
+    if _lock_held_by_us_or_an_ancestor(CLUSTER_LOCK):
+        yield
+        return
+    fd = os.open(CLUSTER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            capman = request.config.pluginmanager.getplugin("capturemanager")
+            start = time.monotonic()
+            deadline = start + CLUSTER_LOCK_WAIT_S
+            next_note = start
+            while True:
+                if time.monotonic() >= next_note:
+                    with capman.global_and_fixture_disabled():
+                        sys.stderr.write(
+                            f"\nwaiting for {CLUSTER_LOCK}: another session uses the local cluster "
+                            f"({time.monotonic() - start:.0f} s so far, at most {CLUSTER_LOCK_WAIT_S} s)\n")
+                        sys.stderr.flush()
+                    next_note += 60
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        pytest.fail(f"{CLUSTER_LOCK} still held by another session after "
+                                    f"{CLUSTER_LOCK_WAIT_S} s")
+                    time.sleep(1)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

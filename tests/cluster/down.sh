@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # Tear down "localcluster" (see tests/cluster/up.sh): stop only what up.sh started.
 #
-#   1. slurmctld and the slurmds, by the PIDs in their pid files (after checking
+#   1. slurmctld, the slurmds and the sshds, by the PIDs in their pid files (after checking
 #      /proc/PID/comm), never by name;
-#   2. any process still inside the cluster's network namespaces (job steps);
-#   3. the namespaces, veths and the bridge; the /etc/hosts block.
+#   2. any process still inside the cluster's network namespaces (job steps, ssh sessions,
+#      containers started with --network=host, commands run on the laptop);
+#   3. the machines' UTS and mount namespaces (the bind-mounted namespace files), the network
+#      namespaces, veths and the bridge; the /etc/hosts block.
 #
-# Leaves /etc/slurm/slurm.conf, the logs under /var/lib/hpctrain-localcluster/log
-# and the installed packages in place. Idempotent: fine when nothing is up.
+# Leaves /etc/slurm/slurm.conf, the logs, the ssh keys and known_hosts under
+# /var/lib/hpctrain-localcluster, the podman image and the installed packages in place.
+# Idempotent: fine when nothing is up, or only part of it.
 # Usage (root):  tests/cluster/down.sh [--quiet]
 set -euo pipefail
 
-readonly STATE_DIR=/var/lib/hpctrain-localcluster
-readonly BRIDGE=hpct0
-readonly NS_PREFIX=hpct-node
-readonly VETH_PREFIX=hpct-n
-readonly HOSTS_BEGIN="# BEGIN hpctrain-localcluster"
-readonly HOSTS_END="# END hpctrain-localcluster"
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "${here}/lib.sh"
 
 quiet=0
 if [[ ${1:-} == --quiet ]]; then quiet=1; fi
@@ -35,14 +35,6 @@ if [[ ${HPCTRAIN_CLUSTER_LOCKED:-0} != 1 && -d ${STATE_DIR} ]]; then
     }
 fi
 
-# running PID: the process exists and is not a zombie.
-running() {
-    local stat
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-    stat=${stat##*) }
-    [[ ${stat%% *} != Z ]]
-}
-
 # wait_gone TIMEOUT_TENTHS PID...: wait until none of the PIDs runs.
 wait_gone() {
     local tenths=$1 pid alive
@@ -60,28 +52,28 @@ wait_gone() {
 
 # Daemons, by pid file, only when /proc/PID/comm matches.
 daemon_pids=()
-for pidfile in "${STATE_DIR}/run/slurmctld.pid" "${STATE_DIR}"/run/slurmd-*.pid; do
+for pidfile in "${STATE_DIR}/run/slurmctld.pid" "${STATE_DIR}"/run/slurmd-*.pid "${STATE_DIR}"/run/sshd-*.pid; do
     [[ -r ${pidfile} ]] || continue
     case ${pidfile##*/} in
         slurmctld.pid) want=slurmctld ;;
-        *) want=slurmd ;;
+        slurmd-*) want=slurmd ;;
+        *) want=sshd ;;
     esac
-    pid=$(<"${pidfile}")
-    if [[ ${pid} =~ ^[0-9]+$ ]] && [[ $(cat "/proc/${pid}/comm" 2>/dev/null || true) == "${want}" ]]; then
-        daemon_pids+=("${pid}")
+    if pid_alive "${pidfile}" "${want}"; then
+        daemon_pids+=("$(<"${pidfile}")")
     fi
 done
 
-# Our namespaces: hpct-node<N> only.
+# Our network namespaces: hpct-node<N>, hpct-login, hpct-laptop.
 namespaces=()
 if [[ -d /run/netns ]]; then
-    for path in /run/netns/"${NS_PREFIX}"*; do
+    for path in /run/netns/hpct-*; do
         name=${path##*/}
-        if [[ ${name} =~ ^${NS_PREFIX}[0-9]+$ ]]; then namespaces+=("${name}"); fi
+        if [[ ${name} =~ ^(${NS_PREFIX}[0-9]+|hpct-login|hpct-laptop)$ ]]; then namespaces+=("${name}"); fi
     done
 fi
 
-# ns_pids: every process inside our namespaces (slurmds, job steps, their children).
+# ns_pids: every process inside our namespaces (daemons, job steps, sessions, their children).
 ns_pids() {
     local ns pid
     for ns in "${namespaces[@]}"; do
@@ -113,16 +105,34 @@ mapfile -t left < <(ns_pids)
 if ((${#left[@]} > 0)); then
     echo "down.sh: warning: processes still inside the cluster's namespaces: ${left[*]}" >&2
 fi
-rm -f "${STATE_DIR}/run/slurmctld.pid" "${STATE_DIR}"/run/slurmd-*.pid
+rm -f "${STATE_DIR}/run/slurmctld.pid" "${STATE_DIR}"/run/slurmd-*.pid "${STATE_DIR}"/run/sshd-*.pid
+
+# The machines' UTS and mount namespaces: unmount their namespace files (with no process left
+# in them, that ends them), then the private bind mount of ${NS_DIR} itself.
+if [[ -d ${NS_DIR} ]]; then
+    mapfile -t ns_files < <(awk -v d="${NS_DIR}/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo)
+    for f in "${ns_files[@]}"; do
+        umount "${f}" 2>/dev/null || umount -l "${f}" || true
+    done
+    rm -f "${NS_DIR}"/*.uts "${NS_DIR}"/*.mnt 2>/dev/null || true
+    for _ in 1 2 3; do
+        mountpoint -q "${NS_DIR}" || break
+        umount "${NS_DIR}" 2>/dev/null || umount -l "${NS_DIR}" || true
+    done
+    rmdir "${NS_DIR}" 2>/dev/null || true
+    rmdir "${NS_DIR%/*}" 2>/dev/null || true
+fi
 
 for ns in "${namespaces[@]}"; do
     ip netns delete "${ns}" 2>/dev/null || true
 done
 
 # Host ends of the veths (normally gone with their namespace), then the bridge.
-for path in /sys/class/net/"${VETH_PREFIX}"*; do
+for path in /sys/class/net/hpct-*; do
     name=${path##*/}
-    if [[ ${name} =~ ^${VETH_PREFIX}[0-9]+$ ]]; then ip link delete "${name}" 2>/dev/null || true; fi
+    if [[ ${name} =~ ^(${VETH_PREFIX}[0-9]+|hpct-vlogin|hpct-vlaptop)$ ]]; then
+        ip link delete "${name}" 2>/dev/null || true
+    fi
 done
 if [[ -e /sys/class/net/${BRIDGE} ]]; then
     ip link delete "${BRIDGE}" type bridge
