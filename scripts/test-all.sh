@@ -14,6 +14,10 @@ bash scripts/install-system-deps.sh
 bash scripts/install-ding-venv.sh
 echo "install: $((SECONDS - start)) s"
 
+# One session at a time on this machine's cluster (the tests' fixture takes the same lock and
+# sees it held by this shell): nobody else's up.sh/down.sh restarts it under these tests.
+exec 9>/run/hpctrain-cluster.lock
+flock -w 3600 9 || { echo "test-all: the local cluster is busy (lock /run/hpctrain-cluster.lock)" >&2; exit 1; }
 bash tests/cluster/up.sh
 # Stop the cluster however the tests end; it is ours (tests/cluster/down.sh ends only what up.sh started).
 trap 'bash tests/cluster/down.sh' EXIT

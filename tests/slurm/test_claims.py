@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +116,42 @@ def test_list_asks_slurm_once_whatever_the_number_of_runs(cli, cluster, tmp_path
         assert _job_info_rpcs() - before == 1
     finally:
         subprocess.run(["scancel", *jobs])
+
+
+NODE_HOSTS = ["bash", str(Path(__file__).resolve().parents[1] / "cluster" / "node-hosts.sh")]
+
+
+def test_a_head_that_resolves_to_loopback_stops_the_job(cli, cluster, tmp_path):
+    """As on a machine whose /etc/hosts says "127.0.1.1 <its name>": the head's own name resolves
+    to loopback there only. The job must stop with a message, not hang at the rendezvous."""
+    nodes = [f"node{i}" for i in range(1, 5)]
+    jf = job_file(tmp_path, "loopback-head", nodes=2, procs=1, args=["--seconds", "1"])
+    for node in nodes:
+        subprocess.run(NODE_HOSTS + [node, "loopback"], check=True)
+    try:
+        job_id, run_dir = submitted(cli("submit", jf, "--site", cluster).stdout)
+        info = wait_for_job(job_id, timeout=120)
+    finally:
+        for node in nodes:
+            subprocess.run(NODE_HOSTS + [node, "restore"], check=True)
+    log = "".join(p.read_text() for p in run_dir.glob("logs/slurm-*.out"))
+    assert info["JobState"] == "FAILED", log
+    assert re.search(r"error: the head 'node\d' resolves to loopback \(127\.0\.1\.1\): other nodes "
+                     r"could not reach it; set the site's head\.mode to interface or suffix", log), log
+    assert "launch: " not in log and not (run_dir / "results").exists()
+
+
+def test_a_head_that_does_not_resolve_stops_the_job(cli, cluster, tmp_path, monkeypatch):
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    site = (Path(__file__).resolve().parents[2] / "site_configs" / "localcluster.yaml").read_text()
+    site = site.replace("name: localcluster", "name: badsuffix").replace(
+        "  mode: nodename", "  mode: suffix\n  suffix: -nosuch")
+    (sites / "badsuffix.yaml").write_text(site)
+    monkeypatch.setenv("HPCTRAIN_SITE_PATH", str(sites))
+    jf = job_file(tmp_path, "unresolvable-head", nodes=2, procs=1, args=["--seconds", "1"])
+    job_id, run_dir = submitted(cli("submit", jf, "--site", "badsuffix").stdout)
+    info = wait_for_job(job_id, timeout=120)
+    log = "".join(p.read_text() for p in run_dir.glob("logs/slurm-*.out"))
+    assert info["JobState"] == "FAILED", log
+    assert re.search(r"error: the head 'node\d-nosuch' does not resolve on node\d", log), log
