@@ -397,8 +397,12 @@ def test_laptop_reads_the_working_tree(cluster):
 
 def _podman_run_opts(extra: str = "") -> str:
     venv, pyhome = Path(sys.prefix), Path(sys.base_prefix)
+    # Whatever else this interpreter imports from (a venv may extend its path with .pth files).
+    more = sorted({p for p in map(Path, sys.path) if p.is_dir() and not any(
+        p == d or d in p.parents for d in (Path("/usr"), pyhome, venv))})
+    binds = " ".join(f"-v {p}:{p}:ro" for p in more)
     return (f"--network=host --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "
-            f"-v /usr:/usr:ro -v /etc:/etc:ro -v {pyhome}:{pyhome}:ro -v {venv}:{venv}:ro {extra}")
+            f"-v /usr:/usr:ro -v /etc:/etc:ro -v {pyhome}:{pyhome}:ro -v {venv}:{venv}:ro {binds} {extra}")
 
 
 def _containers(name_prefix: str) -> list[str]:
