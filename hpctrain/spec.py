@@ -5,7 +5,6 @@ because `hpctrain render` must start in well under 0.2 s: pydantic's import plus
 costs ~0.1 s, msgspec's ~0.015 s, with the same strictness (unknown keys, types, bounds).
 Merging order: site defaults < job file < `--set key.path=value`.
 """
-from __future__ import annotations
 
 import os
 import re
@@ -194,14 +193,15 @@ def set_path(data: dict, path: tuple, value) -> dict:
 
 # ---------------------------------------------------------------------------- errors
 
-_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
-_SEG = re.compile(r"\.([A-Za-z0-9_\-]+)|\[(\d+|\.\.\.)\]")
+# Patterns used only to explain an error: compiled (and cached by re) when one happens.
+_AT = r"(?s)^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$"
+_SEG = r"\.([A-Za-z0-9_\-]+)|\[(\d+|\.\.\.)\]"
 
 
 def _split_path(text: str) -> tuple:
     return tuple(m.group(1) if m.group(1) is not None else
                  (int(m.group(2)) if m.group(2).isdigit() else "...")
-                 for m in _SEG.finditer(text or ""))
+                 for m in re.finditer(_SEG, text or ""))
 
 
 def _type_at(root: type, path: tuple):
@@ -250,15 +250,15 @@ def _literal_options(tp) -> list[str] | None:
     return None
 
 
-_IN_KEY = re.compile(r"^(?P<what>.*?) - at `key` in `\$(?P<path>[^`]*)`$", re.S)
+_IN_KEY = r"(?s)^(?P<what>.*?) - at `key` in `\$(?P<path>[^`]*)`$"
 
 
 def explain(exc: msgspec.ValidationError, root: type, where, data=None) -> HpctrainError:
     """Turn msgspec's message into what/where/fix. `where(path)` names the file:line; `data` is
     the document that failed, to name the value (and the key msgspec calls `...`)."""
     text = str(exc)
-    in_key = _IN_KEY.match(text)
-    m = in_key or _AT.match(text)
+    in_key = re.match(_IN_KEY, text)
+    m = in_key or re.match(_AT, text)
     what, path = m.group("what"), _split_path(m.group("path") or "")
     if in_key:  # a mapping's key failed (env: {A-B: 1}): find which
         bad = _bad_key(data, path)
