@@ -91,8 +91,6 @@ def read_session(path: str) -> Session | None:
     start = end = None
     try:
         for event in EventFileLoader(path).Load():
-            start = event.wall_time if start is None else min(start, event.wall_time)
-            end = event.wall_time if end is None else max(end, event.wall_time)
             for value in event.summary.value:
                 if value.metadata.plugin_data.plugin_name != "scalars":
                     continue
@@ -101,6 +99,9 @@ def read_session(path: str) -> Session | None:
                 except (ValueError, TypeError):
                     continue
                 scalars.setdefault(value.tag, []).append((int(event.step), event.wall_time, number))
+                # The span of what it logged (not of the file's header): when the attempt trained.
+                start = event.wall_time if start is None else min(start, event.wall_time)
+                end = event.wall_time if end is None else max(end, event.wall_time)
     except OSError as exc:
         raise HpctrainError(f"cannot read the event file {path}: {exc}") from None
     if not scalars or start is None:

@@ -176,12 +176,13 @@ def table_progress(r: RunStatus) -> str:
 def format_table(rows: list[RunStatus]) -> str:
     """A table of runs, newest first. The run id begins with the time it was submitted. Run,
     name, job and state are shown in full, each column as wide as its longest value; progress
-    takes what is left of 80 columns (at least 20)."""
+    takes what is left of 80 columns."""
     cols = [("RUN", [r.run_id for r in rows]), ("NAME", [r.name for r in rows]),
             ("JOB", [r.job or "" for r in rows]), ("STATE", [_state_word(r.state) for r in rows])]
     widths = [max([len(head)] + [len(v) for v in values]) for head, values in cols]
     fixed = sum(widths) + 2 * len(widths)
-    room = max(20, WIDTH - 1 - fixed)
+    # Identifiers too long for 80 columns make the table wider anyway: progress is then whole.
+    room = WIDTH - 1 - fixed if WIDTH - 1 - fixed >= 20 else None
     head = "  ".join(f"{h:<{w}}" for (h, _), w in zip(cols, widths)) + "  PROGRESS"
     lines = [head]
     for i, r in enumerate(rows):
