@@ -52,6 +52,9 @@ def start(run: Run, port: int | None = None, reload_s: int = 5) -> tuple[Board, 
     except ImportError:
         raise HpctrainError("`hpctrain tensorboard` needs the tensorboard package",
                             fix="pip install 'hpctrain[watch]' (tensorboard and matplotlib)") from None
+    if port is not None and not 0 < port < 65536:
+        raise HpctrainError(f"no port {port}", fix="give a --port from 1 to 65535 (default: 6006 or "
+                            "the next free one)")
     argv = [None, "--logdir", str(run.path), "--host", "127.0.0.1",
             "--reload_interval", str(reload_s)]
     if port is not None:  # otherwise TensorBoard takes 6006 or the next free port after it

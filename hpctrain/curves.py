@@ -69,7 +69,9 @@ def event_files(directory: str, skip_tasks: bool = False) -> list[str]:
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIP
                          and not (skip_tasks and root == directory and d == "tasks"))
-        out += [os.path.join(root, f) for f in files if f.startswith(EVENT_PREFIX)]
+        # Regular files only: a FIFO of that name would block the reader for ever.
+        out += [p for f in files if f.startswith(EVENT_PREFIX)
+                and os.path.isfile(p := os.path.join(root, f))]
     return sorted(out)
 
 
