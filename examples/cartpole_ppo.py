@@ -131,7 +131,8 @@ def main():
                     vl.append(value_loss.item())
             value_losses.append(sum(vl) / len(vl))
             s = ctx.all_sum({"return": sum(finished), "episodes": len(finished)})
-            mean_return = s["return"] / max(1.0, s["episodes"])
+            if s["episodes"]:  # a policy that balances past the rollout ends no episode in it
+                mean_return = s["return"] / s["episodes"]
             returns.append(mean_return)
             finished = []
             report(update, reward=mean_return, value_loss=value_losses[-1])
