@@ -151,34 +151,20 @@ def cmd_cancel(args) -> int:
 def cmd_plot(args) -> int:
     from .operate import resolve
     from .plot import plot
-    drawn = plot(resolve(args.run), args.metric, args.out)
-    for c in drawn.curves:
-        who = "" if c.task is None else f" task {c.task}:"
-        span = f"steps {c.steps[0]}-{c.steps[-1]}" if c.steps else "no points"
-        starts = ", ".join(map(str, c.attempt_starts))
-        print(f"{c.tag}{who} {len(c.steps)} points, {span}, {c.attempts} attempt(s) "
-              f"starting at step {starts}")
-    if drawn.left_out:
-        print(f"({drawn.left_out} more metric(s) not drawn: choose with --metric)")
-    print(drawn.path)
+    from .display import plot_summary
+    print(plot_summary(plot(resolve(args.run), args.metric, args.out)))
     return 0
 
 
 def cmd_tensorboard(args) -> int:
     import time
     from .board import start
+    from .display import board_text
     from .operate import resolve
     run = resolve(args.run)
     board, _server = start(run, args.port)
-    print(f"TensorBoard {board.url} serving run {run.id}: {board.logdir}")
-    for d in board.directories:
-        print(f"  {d}")
-    if not board.directories:
-        print("  (no event files yet: they appear here as the training writes them)")
-    print("From your laptop, forward the port to this machine:")
-    print(f"  {board.forward}")
-    print(f"then open http://localhost:{board.port}/   (Ctrl-C here stops TensorBoard)", flush=True)
-    while True:
+    print(board_text(board, run.id), flush=True)
+    while True:  # TensorBoard serves from its own threads until Ctrl-C
         time.sleep(3600)
 
 

@@ -7,11 +7,15 @@ longest value, and the rest of a line keeps to 80 columns.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .backends import JobState, State
 from .progress import RankProgress, TrainingProgress
 from .status import RunStatus
+
+if TYPE_CHECKING:  # only their fields are read here
+    from .board import Board
+    from .plot import Plot
 
 WIDTH = 80
 
@@ -249,3 +253,27 @@ class WaitPrinter:
     def close(self) -> None:
         if self.live:
             self.write("\n")
+
+
+def plot_summary(drawn: "Plot") -> str:
+    """What `hpctrain plot` drew: per curve its points, steps and attempts; then the PNG's path."""
+    lines = []
+    for c in drawn.curves:
+        who = "" if c.task is None else f" task {c.task}:"
+        span = f"steps {c.steps[0]}-{c.steps[-1]}" if c.steps else "no points"
+        lines.append(f"{c.tag}{who} {len(c.steps)} points, {span}, {c.attempts} attempt(s) "
+                     f"starting at step {', '.join(map(str, c.attempt_starts))}")
+    if drawn.left_out:
+        lines.append(f"({drawn.left_out} more metric(s) not drawn: choose with --metric)")
+    lines.append(drawn.path)
+    return "\n".join(lines)
+
+
+def board_text(board: "Board", run_id: str) -> str:
+    """Where TensorBoard serves a run, what it found, and the way in from a laptop."""
+    lines = [f"TensorBoard {board.url} serving run {run_id}: {board.logdir}"]
+    lines += [f"  {d}" for d in board.directories] or [
+        "  (no event files yet: they appear here as the training writes them)"]
+    lines += ["From your laptop, forward the port to this machine:", f"  {board.forward}",
+              f"then open http://localhost:{board.port}/   (Ctrl-C here stops TensorBoard)"]
+    return "\n".join(lines)

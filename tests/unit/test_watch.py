@@ -226,3 +226,14 @@ def test_forward_line_reaches_this_machine():
     from hpctrain.board import forward_line
     assert forward_line(6007, host="login31.example.org", user="me") == \
         "ssh -N -L 6007:127.0.0.1:6007 me@login31.example.org"
+
+
+def test_handle_shows_progress_and_plots(tmp_path):
+    from hpctrain import Handle
+    run = make_run(tmp_path)
+    write_progress(str(run.path / "status"), Progress(rank=0, step=7, time=1.0, metrics={"reward": 3.0}))
+    write_events(run.path / "tb", [(s, 100.0 + s, s) for s in range(3)])
+    h = Handle(str(run.path))
+    [p] = h.progress()
+    assert (p.step, p.metric, p.value) == (7, "reward", 3.0)
+    assert h.plot(out=str(tmp_path / "x.png")) == str(tmp_path / "x.png")
