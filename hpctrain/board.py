@@ -55,8 +55,10 @@ def start(run: Run, port: int | None = None, reload_s: int = 5) -> tuple[Board, 
     if port is not None and not 0 < port < 65536:
         raise HpctrainError(f"no port {port}", fix="give a --port from 1 to 65535 (default: 6006 or "
                             "the next free one)")
+    # --load_fast=false: TensorBoard's own Python loader, in this process. The "fast" one is a
+    # separate binary TensorBoard still calls experimental (and announces as such at start).
     argv = [None, "--logdir", str(run.path), "--host", "127.0.0.1",
-            "--reload_interval", str(reload_s)]
+            "--reload_interval", str(reload_s), "--load_fast=false"]
     if port is not None:  # otherwise TensorBoard takes 6006 or the next free port after it
         argv += ["--port", str(port)]
     tb = program.TensorBoard()

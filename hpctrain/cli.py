@@ -164,8 +164,12 @@ def cmd_tensorboard(args) -> int:
     run = resolve(args.run)
     board, _server = start(run, args.port)
     print(board_text(board, run.id), flush=True)
-    while True:  # TensorBoard serves from its own threads until Ctrl-C
-        time.sleep(3600)
+    try:
+        while True:  # TensorBoard serves from its own threads until Ctrl-C
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("TensorBoard stopped")
+        return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

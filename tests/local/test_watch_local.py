@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -111,6 +112,9 @@ def test_wait_status_list_plot_and_tensorboard_follow_a_real_run(cli, job, tmp_p
         query = urllib.parse.urlencode({"run": name, "tag": "train/reward"})
         points = get_json(f"{base}/scalars?{query}")
         assert [(step, value) for _, step, value in points] == [(s, 10.0 * s) for s in range(1, 21)]
+        board.send_signal(signal.SIGINT)  # Ctrl-C: the normal way to stop it
+        assert board.wait(timeout=30) == 0 and "TensorBoard stopped" in board.stdout.read()
     finally:
-        board.terminate()
-        board.wait(timeout=30)
+        if board.poll() is None:
+            board.kill()
+            board.wait(timeout=30)
