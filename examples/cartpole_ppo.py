@@ -3,7 +3,9 @@
 Every rank collects its own episodes (its own seed: HPCTRAIN_SEED = seed + global rank), DDP
 averages the gradients, so all ranks hold the same policy. Rank 0 saves the checkpoint; every rank
 writes results/rank-R.json (weights digest before the first update and at the end, value loss and
-mean episode return of the first and the last update).
+mean episode return of the first and the last update). Each update is reported to hpctrain
+(`hpctrain status`, `submit --wait`) and rank 0 logs it for TensorBoard into RUN_DIR/tensorboard/
+(`hpctrain plot`, `hpctrain tensorboard`).
 
     hpctrain submit examples/cartpole_ppo.yaml                       # this machine, 2 ranks
     hpctrain submit examples/cartpole_ppo.yaml --site localcluster --set resources.nodes=2
@@ -22,6 +24,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from hpctrain.rank.ddp import DDPContext
+
+try:  # under hpctrain's bootstrap: the run's progress report (status/progress-R.json)
+    from hpctrain_progress import report
+except ImportError:  # run by hand
+    def report(step, **metrics):
+        pass
 
 
 def parse_args():
@@ -53,6 +61,15 @@ def digest(model: nn.Module) -> str:
     return h.hexdigest()
 
 
+def tensorboard(directory: str):
+    """Rank 0's TensorBoard writer (None without the tensorboard package)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(os.path.join(directory, "tensorboard"))
+
+
 def main():
     args = parse_args()
     seed = int(os.environ.get("HPCTRAIN_SEED", "0"))
@@ -68,6 +85,7 @@ def main():
         finished: list[float] = []
         value_losses, returns = [], []  # per update: this rank's mean value loss, the all-rank mean return
         mean_return, t0, update = 0.0, time.time(), 0
+        writer = tensorboard(args.out) if ctx.is_main else None
         for update in range(1, args.updates + 1):
             buf = {k: [] for k in ("obs", "act", "logp", "rew", "done", "val")}
             for _ in range(args.steps):
@@ -113,13 +131,21 @@ def main():
                     vl.append(value_loss.item())
             value_losses.append(sum(vl) / len(vl))
             s = ctx.all_sum({"return": sum(finished), "episodes": len(finished)})
-            mean_return = s["return"] / max(1.0, s["episodes"])
+            if s["episodes"]:  # a policy that balances past the rollout ends no episode in it
+                mean_return = s["return"] / s["episodes"]
             returns.append(mean_return)
             finished = []
+            report(update, reward=mean_return, value_loss=value_losses[-1])
+            if writer:
+                writer.add_scalar("train/mean_return", mean_return, update)
+                writer.add_scalar("train/value_loss", value_losses[-1], update)
+                writer.flush()
             if ctx.is_main:
                 print(f"update {update}: mean return {mean_return:.1f} over {int(s['episodes'])} episodes")
             if ctx.should_stop(args.target_return is not None and mean_return >= args.target_return):
                 break
+        if writer:
+            writer.close()
         checkpoint = None
         if ctx.is_main:
             os.makedirs(os.path.join(args.out, "checkpoints"), exist_ok=True)

@@ -11,6 +11,9 @@
   checkpoint of this run) if there is one.
 - Each rank writes results/rank-R.json with the iteration it started from, the iteration it
   reached and why it stopped; results/attempts.jsonl gets one line per rank and attempt.
+- Every iteration is reported to hpctrain (`hpctrain status`, `submit --wait`), and rank 0 logs
+  its loss for TensorBoard into RUN_DIR/tensorboard/ (a new event file per attempt:
+  `hpctrain plot` stitches them).
 
     hpctrain submit examples/resumable_train.yaml --site localcluster
 """
@@ -26,6 +29,20 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 STOP = {"flag": False}
+
+try:  # under hpctrain's bootstrap: the run's progress report (status/progress-R.json)
+    from hpctrain_progress import report
+except ImportError:
+    def report(step, **metrics):
+        pass
+
+
+def tensorboard(run_dir: str):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # TensorBoard is optional here
+        return None
+    return SummaryWriter(os.path.join(run_dir, "tensorboard"))
 
 
 def main() -> None:
@@ -75,6 +92,7 @@ def main() -> None:
                "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname()}
     print(f"rank {rank}: starting at iteration {start}", flush=True)
     it, stopped = start, "completed"
+    writer = tensorboard(run_dir) if rank == 0 else None
     gen = torch.Generator().manual_seed(1000 + rank)
     while it < args.iterations:
         if it == args.die_at and rank == args.die_rank:
@@ -94,6 +112,10 @@ def main() -> None:
         loss.backward()
         opt.step()
         it += 1
+        report(it, loss=loss.item())
+        if writer:
+            writer.add_scalar("train/loss", loss.item(), it)
+            writer.flush()
         time.sleep(args.sleep)
         flag = torch.tensor([1.0 if STOP["flag"] else 0.0])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # one decision for all ranks
@@ -103,6 +125,8 @@ def main() -> None:
             break
         if it % args.save_every == 0:
             save(it)
+    if writer:
+        writer.close()
     attempt.update(reached=it, stopped=stopped)
     os.makedirs(os.path.join(run_dir, "results"), exist_ok=True)
     with open(os.path.join(run_dir, "results", "attempts.jsonl"), "a") as f:

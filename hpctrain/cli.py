@@ -92,30 +92,21 @@ def cmd_submit(args) -> int:
     print(f"run directory: {run.path}", flush=True)
     if not args.wait:
         return 0
-    from .display import counts_line, describe
+    import shutil
+    from .display import WaitPrinter
     from .status import exit_status, wait
-    live = sys.stdout.isatty()
-    last = [None]
-
-    def show(st):
-        text = f"{st.job}: {describe(st.state)}"
-        if st.state.tasks:
-            text += f" [{counts_line(st.state)}]"
-        if live:  # one line, redrawn in place (the elapsed time ticks)
-            sys.stdout.write("\r\033[K" + text[:79])
-        else:  # a log file: one line per change of state, not per tick of the clock
-            key = (st.state.state, counts_line(st.state))
-            if key == last[0]:
-                return
-            last[0] = key
-            sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    st = wait(run, on_change=show)
-    if live:
-        sys.stdout.write("\n")
+    printer = WaitPrinter(sys.stdout.isatty(), _write, ranks=args.ranks,
+                          columns=shutil.get_terminal_size().columns)
+    st = wait(run, on_tick=printer)
+    printer.close()
     for f in st.failures:
         print(f"failed: rank {f['rank']} on {f['node']} exit {f['exit_status']}: {f['error']}")
     return exit_status(st)
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def cmd_status(args) -> int:
@@ -124,7 +115,7 @@ def cmd_status(args) -> int:
     from .operate import status
     if args.run:
         st = status(args.run)
-        print(json.dumps(st.to_json(), indent=2) if args.json else format_status(st))
+        print(json.dumps(st.to_json(), indent=2) if args.json else format_status(st, ranks=args.ranks))
         return 0
     return cmd_list(args)
 
@@ -157,6 +148,30 @@ def cmd_cancel(args) -> int:
     return 0
 
 
+def cmd_plot(args) -> int:
+    from .operate import resolve
+    from .plot import plot
+    from .display import plot_summary
+    print(plot_summary(plot(resolve(args.run), args.metric, args.out)))
+    return 0
+
+
+def cmd_tensorboard(args) -> int:
+    import time
+    from .board import start
+    from .display import board_text
+    from .operate import resolve
+    run = resolve(args.run)
+    board, _server = start(run, args.port)
+    print(board_text(board, run.id), flush=True)
+    try:
+        while True:  # TensorBoard serves from its own threads until Ctrl-C
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("TensorBoard stopped")
+        return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     parser = argparse.ArgumentParser(
@@ -176,16 +191,20 @@ def build_parser() -> argparse.ArgumentParser:
     _job_args(p)
     p.add_argument("--dry-run", action="store_true", help="print what would be submitted; submit nothing")
     p.add_argument("--wait", action="store_true",
-                   help="wait for the job to end, showing its state; exit with its exit status")
+                   help="wait for the job to end, showing its state and training progress; "
+                   "exit with its exit status")
+    p.add_argument("--ranks", action="store_true", help="with --wait: each rank's progress too")
     p.set_defaults(func=cmd_submit)
 
-    p = sub.add_parser("status", help="a run's state, nodes, time and failed ranks; no RUN: recent runs")
+    p = sub.add_parser("status", help="a run's state, training progress, nodes, time and failed "
+                       "ranks; no RUN: recent runs")
     p.add_argument("run", nargs="?", help="run id, run directory or Slurm job id (1234, 1234_5)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--ranks", action="store_true", help="each rank's progress: node, step, rate, metrics")
     p.add_argument("--limit", type=int, default=20, help="runs in the table (default 20)")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("list", help="recent runs: name, id, site, state, submitted, nodes x ranks")
+    p = sub.add_parser("list", help="recent runs: run id, name, job, state, training progress")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
     p.set_defaults(func=cmd_list)
@@ -198,6 +217,21 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--node", help="only the ranks that ran on this node")
     p.add_argument("--task", type=int, help="a sweep's task index")
     p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("plot", help="a PNG of a run's training curves (every attempt, every sweep "
+                       "task) from its TensorBoard event files")
+    p.add_argument("run", help="run id, run directory or Slurm job id")
+    p.add_argument("--metric", action="append", default=[], metavar="TAG",
+                   help="a metric to draw: its TensorBoard tag, a glob, or part of its name "
+                   "(repeatable; default: the library's main metric first, then the others)")
+    p.add_argument("--out", help="the PNG to write (default RUN_DIR/plots/curves.png)")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("tensorboard", help="start TensorBoard on a run or sweep (every attempt, "
+                       "every task) and print the ssh line that reaches it from a laptop")
+    p.add_argument("run", help="run id, run directory or Slurm job id")
+    p.add_argument("--port", type=int, help="port on 127.0.0.1 (default: 6006 or the next free one)")
+    p.set_defaults(func=cmd_tensorboard)
 
     p = sub.add_parser("cancel", help="cancel a run (every task of a sweep)")
     p.add_argument("run", help="run id, run directory or Slurm job id")

@@ -3,6 +3,7 @@
     h = hpctrain.submit_function(fn, job)    # or hpctrain.submit(job), or hpctrain.Handle("RUN")
     h.wait(timeout=300); h.result()          # rank 0's return value (function runs)
     h.status(); h.logs(rank=1); h.cancel(); h.run_dir
+    h.progress(); h.plot()                   # how far it got, by rank; its curves as a PNG
 
 status, wait and cancel are the CLI's own (operate.py): a Handle shows what `hpctrain status`
 shows. A failed run raises JobFailed naming the rank and node.
@@ -75,6 +76,17 @@ class Handle:
         """The run's JobState (state, exit code, nodes, elapsed, an array's tasks)."""
         from .operate import status
         return status(self.run).state
+
+    def progress(self) -> list:
+        """How far the training got: the run's (or each sweep task's) TrainingProgress, with
+        each rank's in .ranks — what `hpctrain status --ranks` shows."""
+        from .operate import status
+        return status(self.run).progress
+
+    def plot(self, metrics: list[str] | None = None, out: str | None = None) -> str:
+        """Draw the run's training curves (as `hpctrain plot`); returns the PNG's path."""
+        from .plot import plot
+        return plot(self.run, metrics, out).path
 
     def done(self) -> bool:
         return self.status().done

@@ -13,6 +13,7 @@ import msgspec
 from .backends import JobState, State, backend
 from .backends.commands import SchedulerError
 from .errors import HpctrainError
+from .progress import TrainingProgress, of_run
 from .rank.records import read_job_failure, read_rank_failures
 from .runs import Run, add_to_index, being_submitted, indexed
 
@@ -31,6 +32,8 @@ class RunStatus(msgspec.Struct, kw_only=True):
     failures: list[dict] = []  # rank failures (rank/records.RankFailure), first ones first
     task_values: list[dict] = []  # a sweep: what each task changes
     ended: str | None = None  # why the job ended without success (status/failure.json)
+    # How far the training got (progress.py): the run's, or each sweep task's that reported.
+    progress: list[TrainingProgress] = []
 
     def to_json(self) -> dict:
         d = msgspec.to_builtins(self)
@@ -107,7 +110,8 @@ def _status(run: Run, state: JobState) -> RunStatus:
                      nodes=rec.nodes, ranks_per_node=rec.procs_per_node, state=state,
                      failures=[f.to_dict() for f in read_rank_failures(str(run.path))],
                      task_values=rec.task_values,
-                     ended=f"{failure.reason}: {failure.message}" if failure else None)
+                     ended=f"{failure.reason}: {failure.message}" if failure else None,
+                     progress=of_run(str(run.path), rec.array_size))
 
 
 def gather_many(runs: list[Run], live: bool = True) -> list[RunStatus]:
@@ -163,13 +167,20 @@ def recent(limit: int = 20, live: bool = True) -> list[RunStatus]:
     return [broken.get(r.path) or answers[r.path] for r in runs]
 
 
-def wait(run: Run, on_change=None, timeout: float | None = None, first_poll: float = 1.0,
-         max_poll: float = 30.0) -> RunStatus:
-    """Follow the run until it reaches a final state; on_change(status) on every change.
+def with_progress(run: Run, st: RunStatus) -> RunStatus:
+    """The same status with the ranks' newest progress: files only, no scheduler query."""
+    return msgspec.structs.replace(st, progress=of_run(str(run.path), run.record.array_size))
 
-    Polls back off from first_poll to max_poll seconds while nothing changes and start again
-    at first_poll on a change: a job that runs for hours costs its scheduler one query per
-    max_poll seconds, not one a second.
+
+def wait(run: Run, on_change=None, timeout: float | None = None, first_poll: float = 1.0,
+         max_poll: float = 30.0, on_tick=None, tick: float = 1.0) -> RunStatus:
+    """Follow the run until it reaches a final state; on_change(status) on every change of its
+    state, and on_tick(status) (if given) every `tick` seconds with fresh progress.
+
+    Polls of the scheduler back off from first_poll to max_poll seconds while nothing changes
+    and start again at first_poll on a change: a job that runs for hours costs its scheduler
+    one query per max_poll seconds, not one a second. Progress comes from the run directory's
+    files between those queries.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     last = None
@@ -183,12 +194,20 @@ def wait(run: Run, on_change=None, timeout: float | None = None, first_poll: flo
                 on_change(st)
         else:
             poll = min(max_poll, poll * 1.5)
+        if on_tick:
+            on_tick(st)
         last = key
         if st.state.done:
             return st
         if deadline is not None and time.monotonic() > deadline:
             return st
-        time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+        until = time.monotonic() + poll
+        if deadline is not None:
+            until = min(until, deadline)
+        while (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, tick) if on_tick else left)
+            if on_tick and until - time.monotonic() > 0:
+                on_tick(with_progress(run, st))
 
 
 def exit_status(st: RunStatus) -> int:

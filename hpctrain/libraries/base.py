@@ -33,6 +33,9 @@ class Adapter:
     # and the arguments that resume from one ("{checkpoint}" = its path): see resume_args().
     checkpoint_globs: tuple[str, ...] = ()
     resume_template: tuple[str, ...] = ()
+    # The TensorBoard tags of the library's main metric (its mean episode return), first
+    # choice first: `hpctrain plot` draws them first.
+    main_scalars: tuple[str, ...] = ()
 
     def program(self, spec: JobSpec) -> list[str]:
         """What every rank runs under the bootstrap: [script, *args] (script: path or -m mod)."""

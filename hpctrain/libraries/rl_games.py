@@ -24,6 +24,8 @@ def overrides(args) -> dict[str, str]:
 class RlGames(IsaacLabAdapter):
     name = "rl_games"
     cpu_shims = ("torch", "rl_games")
+    # a2c_common.py: the mean game reward by epoch, and by environment frame.
+    main_scalars = ("rewards/iter", "rewards/step")
     train_dir = "rl_games"
     # examples/rl/rl_games_pendulum.py (--out defaults to the run dir): rl-games' own file names.
     checkpoint_globs = ("checkpoints/nn/*.pth",)

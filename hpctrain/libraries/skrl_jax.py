@@ -15,6 +15,7 @@ class SkrlJax(IsaacLabAdapter):
     name = "skrl_jax"
     torch_library = False
     cpu_shims = ("jax",)
+    main_scalars = ("Reward / Total reward (mean)",)
     train_dir = "skrl"
     launcher = "tasks"
     needs_all_gpus = False  # jax.distributed takes local_device_ids=JAX_LOCAL_RANK itself

@@ -5,12 +5,14 @@ hang detection that ends a job in which no rank moves any more.
     report(iteration, reward=mean_return)         # import hpctrain_progress; hpctrain_progress.report(...)
 
 report() is cheap enough to call every iteration: it writes RUN_DIR/status/progress-R.json
-(records.Progress) at most once a second (and always on the first call), atomically. The
+(records.Progress) at most once a second (and always on the first call), atomically; a report
+the rate limit held back is written when the process exits, so the last step is never lost. The
 library hooks of the rank side call it at every iteration boundary of the RL libraries; a plain
 program calls it itself. Outside an hpctrain run (no HPCTRAIN_RUN_DIR) it does nothing.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import time
 
@@ -18,7 +20,7 @@ from .records import Progress, write_progress
 
 MIN_INTERVAL = 1.0  # seconds between two writes of one rank's file
 
-_state = {"last_write": 0.0, "first": None, "first_step": None}
+_state = {"last_write": 0.0, "first": None, "first_step": None, "pending": None}
 
 
 def report(step: int, **metrics: float) -> None:
@@ -30,9 +32,22 @@ def report(step: int, **metrics: float) -> None:
     now = time.time()
     if _state["first"] is None:
         _state["first"], _state["first_step"] = now, step
+        atexit.register(_flush)
     elif now - _state["last_write"] < MIN_INTERVAL:
+        _state["pending"] = (step, metrics, now)
         return
-    _state["last_write"] = now
+    _write(run_dir, step, metrics, now)
+
+
+def _flush() -> None:
+    pending, _state["pending"] = _state["pending"], None
+    run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
+    if pending and run_dir:
+        _write(run_dir, *pending)
+
+
+def _write(run_dir: str, step: int, metrics: dict, now: float) -> None:
+    _state["last_write"], _state["pending"] = now, None
     elapsed = now - _state["first"]
     done = step - _state["first_step"]
     rate = done / elapsed if elapsed > 0 and done > 0 else None

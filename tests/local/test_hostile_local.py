@@ -151,12 +151,17 @@ def _corruptions():
         "logs a file": write("logs", "not a directory"),
         "status a file": write("status", "not a directory"),
         "rank log not utf-8": write("logs/rank-0.log", b"\xff\xfe\xfd\n"),
+        "progress garbage": write("status/progress-0.json", "{{{"),
+        "progress wrong types": write("status/progress-1.json", '{"rank": 1, "step": "ten", "time": []}'),
+        "event file garbage": write("tb/events.out.tfevents.1.node1", b"\x00\x01garbage" * 50),
+        "event file a directory": write("tb/events.out.tfevents.2.node1/x", "not an event file"),
     }
 
 
 COMMANDS = [["status", "{run}"], ["status", "{run}", "--json"], ["status"], ["list"],
             ["list", "--json"], ["logs", "{run}"], ["logs", "{run}", "--rank", "0"],
-            ["logs", "{run}", "--node", "nowhere"], ["cancel", "{run}"]]
+            ["logs", "{run}", "--node", "nowhere"], ["cancel", "{run}"], ["status", "{run}", "--ranks"],
+            ["plot", "{run}"]]
 
 
 @pytest.fixture(scope="module")
@@ -247,6 +252,9 @@ BAD_ARGS = [
     (["status", "   "], "an empty RUN names no run", "hpctrain list"),
     (["status", "x" * 10000], "no run 'xxx", "hpctrain list"),
     (["logs", "/etc"], "no run '/etc' found", "hpctrain list"),
+    (["plot", ""], "an empty RUN names no run", "hpctrain list"),
+    (["plot", "{run}"], "has no TensorBoard event files yet", "$HPCTRAIN_RUN_DIR"),
+    (["tensorboard", "{run}", "--port", "70000"], "no port 70000", "1 to 65535"),
 ]
 
 

@@ -202,13 +202,28 @@ def test_resume_data_per_library(home):
         assert adapter(lib).resume_args(isaac_job(lib, 1).spec) == ["--checkpoint", "{checkpoint}"]
 
 
-def test_render_imports_no_heavy_library(home):
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "hpctrain", "render",
-                           "examples/rl/skrl_jax_pendulum.yaml", "--site", "localcluster"],
+HEAVY = {"torch", "jax", "gymnasium", "rl_games", "skrl", "rsl_rl", "ding", "numpy", "flax",
+         "matplotlib", "tensorboard", "tbparse", "pandas"}
+
+
+def imported_by(*args: str) -> set[str]:
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "hpctrain", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines()
                 if line.startswith("import time:")}
     assert "hpctrain" in imported  # the measurement saw our own imports
-    heavy = {"torch", "jax", "gymnasium", "rl_games", "skrl", "rsl_rl", "ding", "numpy", "flax"}
-    assert not imported & heavy, imported & heavy
+    return imported
+
+
+def test_render_imports_no_heavy_library(home):
+    imported = imported_by("render", "examples/rl/skrl_jax_pendulum.yaml", "--site", "localcluster")
+    assert not imported & HEAVY, imported & HEAVY
+
+
+def test_submit_and_status_import_no_heavy_library(home, tmp_path):
+    """The plotting and TensorBoard extras stay off the submit and status paths, progress
+    included: a run's status reads its progress files with the standard library."""
+    imported = imported_by("submit", "examples/cartpole_ppo.yaml", "--dry-run")
+    imported |= imported_by("status")
+    assert not imported & HEAVY, imported & HEAVY

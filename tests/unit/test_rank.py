@@ -238,7 +238,8 @@ def test_progress_reports_are_rate_limited_and_read_back(tmp_path, monkeypatch):
     from hpctrain.rank.records import read_progress
     monkeypatch.setenv("HPCTRAIN_RUN_DIR", str(tmp_path))
     monkeypatch.setenv("HPCTRAIN_RANK", "3")
-    monkeypatch.setattr(progress, "_state", {"last_write": 0.0, "first": None, "first_step": None})
+    monkeypatch.setattr(progress, "_state", {"last_write": 0.0, "first": None, "first_step": None,
+                                             "pending": None})
     clock = iter([100.0, 100.5, 102.0])
     monkeypatch.setattr(progress.time, "time", lambda: next(clock))
     progress.report(10, reward=-5, note="not a number")
@@ -257,3 +258,15 @@ def test_programs_under_the_bootstrap_can_import_hpctrain_progress(tmp_path):
     from hpctrain.rank.records import read_progress
     [p] = read_progress(str(tmp_path / "run"))
     assert (p.step, p.metrics) == (7, {"loss": 0.5})
+
+
+def test_the_last_report_is_written_at_exit(tmp_path):
+    """A report the once-a-second limit held back (the training's last steps) is written when
+    the program ends: status shows where it stopped, not a second earlier."""
+    (tmp_path / "prog.py").write_text("import hpctrain_progress\n"
+                                      "for i in range(1, 6):\n    hpctrain_progress.report(i, reward=i)\n")
+    proc = run_copy(tmp_path, {"cpu_mode": "off", "program": [str(tmp_path / "prog.py")]})
+    assert proc.returncode == 0, proc.stderr
+    from hpctrain.rank.records import read_progress
+    [p] = read_progress(str(tmp_path / "run"))
+    assert (p.step, p.metrics) == (5, {"reward": 5.0})

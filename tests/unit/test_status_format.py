@@ -16,11 +16,15 @@ def status(**kw) -> RunStatus:
 
 
 def test_list_table_fits_80_columns():
-    rows = [status(), status(state=JobState(State.FAILED, exit_code=137)),
-            status(state=JobState(State.PENDING, reason="Priority"))]
+    """Within 80 columns for names of a usual length; a longer name widens its column (a name,
+    a run id and a job id are never cut) and the state keeps its exit code."""
+    rows = [status(name="cartpole-ppo"), status(name="cartpole-ppo", state=JobState(State.FAILED, exit_code=137)),
+            status(name="cartpole-ppo", state=JobState(State.PENDING, reason="Priority"))]
     lines = format_table(rows).splitlines()
     assert len(lines) == 4 and all(len(line) <= 80 for line in lines), lines
-    assert "FAILED(13" in lines[2]  # the state column keeps the exit code visible, trimmed
+    assert "FAILED(137)" in lines[2]
+    lines = format_table([status(), status(state=JobState(State.FAILED, exit_code=137))]).splitlines()
+    assert all("a-rather-long-job-name-for-a-table  123456789  " in line for line in lines[1:])
 
 
 def test_status_of_array_fits_and_summarises():
