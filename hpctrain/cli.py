@@ -172,12 +172,40 @@ def cmd_tensorboard(args) -> int:
         return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unused:
+    """Stands in for the subparser of a command that is not being run: takes every call."""
+
+    def __getattr__(self, name):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        return self
+
+
+class _OnlyCommand:
+    """Adds only the subparser of the command being run. Each ArgumentParser costs argparse a few
+    gettext lookups (it translates its own headings) that stat the locale directories: for every
+    subcommand that was most of what parsing cost, on the path `hpctrain render` is timed on."""
+
+    def __init__(self, subparsers, command: str):
+        self.subparsers, self.command, self.found = subparsers, command, False
+
+    def add_parser(self, name: str, **kwargs):
+        if name != self.command:
+            return _Unused()
+        self.found = True
+        return self.subparsers.add_parser(name, **kwargs)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `command`, one that knows only that subcommand (None when it is not one)."""
     from . import __version__
     parser = argparse.ArgumentParser(
         prog="hpctrain", description="Multi-GPU, multi-node RL training on Slurm from one job.yaml.")
     parser.add_argument("--version", action="version", version=f"hpctrain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    if command is not None:
+        sub = _OnlyCommand(sub, command)
 
     p = sub.add_parser("render", help="print the job script that would be submitted")
     _job_args(p)
@@ -236,11 +264,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cancel", help="cancel a run (every task of a sweep)")
     p.add_argument("run", help="run id, run directory or Slurm job id")
     p.set_defaults(func=cmd_cancel)
+    if command is not None and not sub.found:
+        return None
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    # A plain command builds only its own subparser; --help, --version, no command or a typo get
+    # the whole parser, so that help and "invalid choice" stay complete.
+    first = argv[0] if argv and not argv[0].startswith("-") else None
+    parser = (build_parser(first) if first else None) or build_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)

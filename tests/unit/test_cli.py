@@ -37,3 +37,18 @@ def test_validate_refuses_a_secret_that_is_not_set(cli, tmp_path):
         assert "Traceback" not in proc.stderr
     proc = cli("validate", job, env={"HPCTRAIN_TEST_NOT_SET": "value"})
     assert "value" not in proc.stdout
+
+
+def test_a_command_parses_the_same_with_only_its_own_subparser():
+    from hpctrain.cli import build_parser
+    full = build_parser()
+    commands = next(a for a in full._actions if a.dest == "command").choices
+    samples = {"render": ["job.yaml", "--site", "s", "--set", "a.b=1"], "submit": ["j.yaml", "--wait"],
+               "logs": ["r1", "-f", "--rank", "3"], "status": ["r1", "--json"], "list": ["--limit", "5"]}
+    for name in commands:
+        argv = [name, *samples.get(name, ["r1"] if name not in ("list",) else [])]
+        one = build_parser(name)
+        assert one is not None, name
+        want, got = vars(full.parse_args(argv)), vars(one.parse_args(argv))
+        assert want == got, name
+    assert build_parser("rendr") is None  # a typo gets the whole parser, whose error lists the commands
