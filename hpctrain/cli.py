@@ -15,11 +15,15 @@ def _job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--site", help="site profile name or file (wins over the job's own 'site')")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a job value, e.g. --set resources.nodes=4 (repeatable)")
+    p.add_argument("--after", action="append", metavar="RUN",
+                   help="start only after this run ended: RUN (it succeeded), afterany:RUN, "
+                   "afternotok:RUN; a run id, directory or job id (repeatable; replaces the "
+                   "job's own 'after')")
 
 
 def _load(args, show_warnings: bool = True):
     from .loading import load_job
-    job = load_job(args.job, site=args.site, overrides=args.overrides)
+    job = load_job(args.job, site=args.site, overrides=args.overrides, after=args.after)
     if show_warnings:
         for w in job.warnings:
             print(f"warning: {w}", file=sys.stderr)
@@ -60,6 +64,8 @@ def cmd_validate(args) -> int:
         ("cpu mode", p.bootstrap["cpu_mode"]),
         ("tasks", f"{len(prep.tasks)}, {prep.parallel} at a time" if prep.tasks else "-"),
     ]
+    for dep in prep.job.after:
+        rows.append(("after", f"{dep['mode']} run {dep['run_id']} (job {dep['job_id']})"))
     for w in p.warnings:
         rows.append(("warning", w))
     width = max(len(k) for k, _ in rows)
