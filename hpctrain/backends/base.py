@@ -80,6 +80,14 @@ class Backend(abc.ABC):
     preemption: ClassVar[bool] = False  # signals ahead of the time limit, and requeue
     writes_directives: ClassVar[bool] = False  # the script's header holds scheduler directives
     dependencies: ClassVar[bool] = False  # holds a job until other jobs ended (chains.py)
+    # Shell text, in the batch script, naming the allocation's first node (doctor.py); None: the
+    # scheduler runs one node only.
+    first_node: ClassVar[str | None] = None
+
+    def every_node(self, command: str) -> str | None:
+        """A batch-script line running `command` once on every node of the allocation, its
+        output reaching the batch shell (doctor.py); None where the scheduler has one node."""
+        return None
 
     def header(self, directives: list[tuple[str, str | None]]) -> list[str]:
         """The script's header lines for the plan's directive table ("#SBATCH --nodes=2")."""

@@ -48,6 +48,11 @@ class SlurmBackend(Backend):
     preemption = True
     writes_directives = True
     dependencies = True
+    first_node = '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+
+    def every_node(self, command: str) -> str | None:
+        return ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
+                f'--ntasks-per-node=1 --cpus-per-task=1 {command}')
 
     def header(self, directives: list[tuple[str, str | None]]) -> list[str]:
         return [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={directive_value(v)}"
