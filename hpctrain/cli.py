@@ -116,9 +116,13 @@ def cmd_site_detect(args) -> int:
     from .backends.slurm_detect import detect
     from .sites import _load, search_dirs
     import os
+    import re
+    from .errors import HpctrainError
+    if not re.fullmatch(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,100}", args.name):
+        raise HpctrainError(f"site name {args.name!r} is not a valid name",
+                            fix="letters, digits, '_', '.', '-' (it becomes NAME.yaml)")
     out = Path(args.out) if args.out else search_dirs()[-2] / f"{args.name}.yaml"
     if out.exists() and not args.force:
-        from .errors import HpctrainError
         raise HpctrainError(f"{out} exists", fix="--force to replace it, or --out FILE")
     # The probe's files live where runs do: on the file system the nodes share.
     work = Path(os.environ.get("HPCTRAIN_RUNS_DIR") or "runs").resolve() / ".site-detect" / args.name
@@ -136,8 +140,8 @@ def cmd_site_detect(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .doctor import run
-    print("doctor: submitting a 2-node check with the job's settings ...", flush=True)
-    report = run(args.job, args.site, args.overrides, timeout=args.timeout)
+    report = run(args.job, args.site, args.overrides, timeout=args.timeout,
+                 say=lambda text: print(text, flush=True))
     print(report.text())
     return 0 if report.ok else 1
 

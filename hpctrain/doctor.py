@@ -89,28 +89,23 @@ def check_job(job: str | None, site: str | None, overrides=()) -> Job:
             base.spec.resources, nodes=NODES, time="00:10:00")))
 
 
-def run(job: str | None, site: str | None, overrides=(), timeout: float = 900) -> Report:
+def run(job: str | None, site: str | None, overrides=(), timeout: float = 900,
+        say=lambda text: None) -> Report:
     from .status import wait
     from .submission import prepare, submit_prepared
     checked = check_job(job, site, overrides)
     submitted = submit_prepared(prepare(checked))
+    say(f"doctor: run {submitted.id}, job {submitted.record.job_id}: the job's settings on "
+        f"{NODES} nodes, rank/check.py as its program ...")
     st = wait(submitted, timeout=timeout)
     return judge(submitted, st.state.state.value, checked)
 
 
 def _read_jsonl(path: Path) -> list[dict]:
     try:
-        text = path.read_text()
+        return probe.read_records(path.read_text())
     except OSError:
         return []
-    out = []
-    for line in text.splitlines():
-        if line.strip().startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
 
 
 def judge(run: Run, state: str, job: Job) -> Report:

@@ -13,7 +13,6 @@ is marked `TODO` for the user. Nothing here guesses silently: the profile shows 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import re
 import shlex
 import shutil
@@ -113,6 +112,8 @@ def run_probe(python: list[str], partition: str | None, nodelist: str | None, wh
     rank_dir = where / "rank"
     if rank_dir.exists():
         shutil.rmtree(rank_dir)
+    for old in ("done", "facts.jsonl", "reach.jsonl", "port"):  # a previous detect's answers
+        (where / old).unlink(missing_ok=True)
     shutil.copytree(Path(__file__).resolve().parent.parent / "rank", rank_dir,
                     ignore=shutil.ignore_patterns("__pycache__"))
     script = where / "probe.sbatch"
@@ -123,8 +124,12 @@ def run_probe(python: list[str], partition: str | None, nodelist: str | None, wh
     cmd += [f"--nodelist={nodelist}"] if nodelist else []
     job = commands.run(cmd + [str(script)]).strip().split(";")[0]
     deadline = time.monotonic() + timeout
+    done = where / "done"  # the script's last line writes it: every output is complete
     while time.monotonic() < deadline:
+        if done.exists():
+            break
         if not commands.run(["squeue", "-h", "-j", job, "-o", "%T"], timeout=30).strip():
+            time.sleep(2.0)  # ended: give a shared file system a moment to show its files
             break
         time.sleep(1.0)
     else:
@@ -145,9 +150,10 @@ def run_probe(python: list[str], partition: str | None, nodelist: str | None, wh
 
 
 def _jsonl(path: Path) -> list[dict]:
+    from ..rank.probe import read_records
     try:
-        return [json.loads(x) for x in path.read_text().splitlines() if x.startswith("{")]
-    except (OSError, ValueError):
+        return read_records(path.read_text())
+    except OSError:
         return []
 
 

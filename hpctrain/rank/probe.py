@@ -311,6 +311,46 @@ def problems(head: str, every: list[dict], nodes: int) -> list[str]:
     return out
 
 
+# srun forwards a task's output in pieces and may interleave two tasks' long lines: a record
+# longer than this goes out as numbered short lines that read_records() puts together again.
+CHUNK = 512
+
+
+def emit(record: dict) -> None:
+    text = json.dumps(record, sort_keys=True)
+    if len(text) <= CHUNK:
+        print(text, flush=True)
+        return
+    key = f"{node_name()}.{os.getpid()}"
+    parts = [text[i:i + CHUNK] for i in range(0, len(text), CHUNK)]
+    for i, part in enumerate(parts):
+        print(f"@{key} {i} {len(parts)} {part}", flush=True)
+
+
+def read_records(text: str) -> list[dict]:
+    """The records emit() printed, from the output of several tasks together; a damaged or
+    incomplete one is left out (its node then counts as not having reported)."""
+    out, pieces = [], {}
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        elif line.startswith("@"):
+            head = line.split(" ", 3)
+            if len(head) == 4 and head[1].isdigit() and head[2].isdigit():
+                pieces.setdefault(head[0], {})[int(head[1])] = (int(head[2]), head[3])
+    for parts in pieces.values():
+        total = next(iter(parts.values()))[0]
+        if sorted(parts) == list(range(total)):
+            try:
+                out.append(json.loads("".join(parts[i][1] for i in range(total))))
+            except ValueError:
+                pass
+    return out
+
+
 def main(args: list[str]) -> int:
     if args[:1] == ["facts"]:
         names, check_dir, with_torch, rest = [], None, False, args[1:]
@@ -322,22 +362,22 @@ def main(args: list[str]) -> int:
                 check_dir = rest.pop(0)
             elif opt == "--torch":
                 with_torch = True
-        print(json.dumps(facts(names, check_dir, with_torch), sort_keys=True), flush=True)
+        emit(facts(names, check_dir, with_torch))
         return 0
     if args[:1] == ["reach"] and len(args) == 5:
         head, facts_file, port, window = args[1], args[2], int(args[3]), float(args[4])
         with open(facts_file) as f:
-            every = [json.loads(line) for line in f if line.strip().startswith("{")]
+            every = read_records(f.read())
         head_facts = next((f for f in every if f.get("node") == head), {"node": head})
         if node_name() == head:
             out = serve(port, max(0, len(every) - 1), window)
         else:
             out = reach(head_facts, port, window)
-        print(json.dumps(out, sort_keys=True), flush=True)
+        emit(out)
         return 0
     if args[:1] == ["gate"] and len(args) == 4:
         with open(args[2]) as f:
-            every = [json.loads(line) for line in f if line.strip().startswith("{")]
+            every = read_records(f.read())
         found = problems(args[1], every, int(args[3]))
         for text in found:
             print(f"hpctrain doctor: {text}", file=sys.stderr, flush=True)

@@ -127,3 +127,25 @@ def test_gate_names_loopback_unwritable_and_missing_nodes():
 def test_candidates_try_name_suffixes_and_addresses():
     got = probe.candidates(facts("g01"))
     assert got[:3] == ["g01", "g01-ib", "g01i"] and "10.1.0.1" in got and "127.0.0.1" not in got
+
+
+def test_cli_refuses_what_it_cannot_do_with_exit_2(cli):
+    bad = cli("site", "detect", "../x", check=False)
+    assert bad.returncode == 2 and "is not a valid name" in bad.stderr
+    one_node = cli("doctor", "--site", "local", check=False)
+    assert one_node.returncode == 2 and "doctor checks two nodes" in one_node.stderr
+    assert "name a Slurm site" in one_node.stderr
+
+
+def test_long_records_survive_interleaved_task_output(capsys):
+    big = dict(facts("g01"), pad="x" * 3000)
+    probe.emit(big)
+    probe.emit({"node": "g02", "short": True})
+    lines = capsys.readouterr().out.splitlines()
+    chunks = [x for x in lines if x.startswith("@")]
+    assert len(chunks) > 5 and all(len(x) < 600 for x in lines)
+    # another task's line lands between the chunks; a stray half line is left out
+    mixed = chunks[:3] + [lines[-1], '{"broken": '] + chunks[3:]
+    got = probe.read_records("\n".join(mixed))
+    assert {"node": "g02", "short": True} in got and big in got and len(got) == 2
+    assert probe.read_records("\n".join(chunks[:-1])) == []  # incomplete: not reported
