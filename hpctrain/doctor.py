@@ -128,9 +128,9 @@ def judge(run: Run, state: str, job: Job) -> Report:
 def _head_name(facts: list[dict], plan) -> str | None:
     if plan.head_mode == "interface":
         return None
-    first = next((f["node"] for f in facts), None)  # srun's output starts with the first node?
-    names = [r["name"] for f in facts for r in f.get("resolve", [])]
-    return names[0] if names else first
+    # Each node resolved the head's name (--resolve) first, then its own.
+    names = [f["resolve"][0]["name"] for f in facts if f.get("resolve")]
+    return names[0] if names else None
 
 
 def _names(facts: list[dict], plan) -> Check:
@@ -138,9 +138,10 @@ def _names(facts: list[dict], plan) -> Check:
     if not facts:
         return Check(name=name, verdict=FAIL, detail="no node reported its facts (the probe step "
                      "did not run: see the job's log)", fix="hpctrain logs RUN")
+    if plan.head_mode == "interface":
+        return Check(name=name, verdict=PASS, detail=f"head.mode interface ({plan.head_interface}): "
+                     "the head is its address, no name to resolve")
     head = _head_name(facts, plan)
-    if head is None:
-        return Check(name=name, verdict=PASS, detail=f"head.mode interface ({plan.head_interface})")
     problems = [p for p in probe.problems(head, facts, NODES) if "resolve" in p]
     if problems:
         ifaces = sorted({i["name"] for f in facts for i in f.get("interfaces", [])
