@@ -88,3 +88,22 @@ def test_dependency_on_a_failed_run_never_runs_and_status_says_why(cli, cluster,
     # Once the first has failed, a new afterok on it is refused at load, naming why.
     refused = cli("submit", after_ok, "--site", cluster, "--after", str(dir_a), check=False)
     assert refused.returncode == 2 and "never" in refused.stderr, refused.stderr
+
+
+def test_a_sweep_waits_for_a_run_as_one_array(cli, cluster, tmp_path):
+    flag, first_done = tmp_path / "go", tmp_path / "first-done"
+    first = job_file(tmp_path, "train", [hold_until(flag, f"touch {first_done}")])
+    job_a, dir_a = submitted(cli("submit", first, "--site", cluster).stdout)
+    sweep = job_file(tmp_path, "evaluate", [f"test -e {first_done}"], seed=1,
+                     sweep={"seeds": [1, 2]})
+    job_b, dir_b = submitted(cli("submit", sweep, "--site", cluster, "--after", dir_a.name).stdout)
+    shown = wait_until(lambda: (lambda s: s if s["waits_for"] else None)(status_json(cli, dir_b)),
+                       60, "waiting")
+    assert shown["waits_for"][0]["job"] == job_a and shown["state"]["state"] == "PENDING", shown
+    flag.touch()
+    assert wait_for_job(job_a, timeout=180)["JobState"] == "COMPLETED"
+    final = wait_until(lambda: (lambda s: s if s["state"]["done"] else None)(
+        status_json(cli, dir_b)), 240, "both tasks done")
+    assert final["state"]["state"] == "COMPLETED", final
+    for task in (0, 1):  # each task ran its program, after the run it waited for
+        assert (dir_b / "tasks" / str(task) / "results" / "rank-0.json").is_file()

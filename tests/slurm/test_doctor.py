@@ -17,8 +17,8 @@ NODE2_NET = "--net=/run/netns/hpct-node2"
 NODE2_MNT = "--mount=/run/hpctrain-localcluster/ns/node2.mnt"
 
 
-def doctor(cli, cluster, *sets):
-    args = ["doctor", "--site", cluster, "--set", f"python={sys.executable}",
+def doctor(cli, cluster, *sets, job=None):
+    args = ["doctor"] + ([job] if job else []) + ["--site", cluster, "--set", f"python={sys.executable}",
             # node1 is the head, whatever else runs on the cluster
             "--set", "sbatch.nodelist=node1,node2", "--set", "launcher.preflight_timeout=15"]
     for s in sets:
@@ -47,6 +47,15 @@ def test_doctor_healthy_cluster_passes_every_check_with_bandwidth(cli, cluster):
     assert "2 ranks on 2 nodes joined (gloo)" in proc.stdout
     assert "OMP_NUM_THREADS=1" in proc.stdout  # the site's env reached the ranks
     assert "all checks passed" in proc.stdout
+
+
+def test_doctor_checks_with_the_jobs_own_settings(cli, cluster):
+    # examples/ddp_check.yaml: 2 ranks per node, its own seed and time; its program is replaced.
+    proc = doctor(cli, cluster, job=str(ROOT / "examples" / "ddp_check.yaml"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4 ranks on 2 nodes joined (gloo)" in proc.stdout
+    assert "doctor-ddp-check" in proc.stdout  # the run is named after the job it checks
+    assert "4 ranks, device cpu" in proc.stdout
 
 
 def test_doctor_names_a_head_name_resolving_to_loopback(cli, cluster):
