@@ -34,12 +34,14 @@ def parallelism(job: Job, n: int) -> int:
 
 
 def make_array_plan(run_dir: str, first: LaunchPlan, ntasks: int, parallel: int,
-                    task_script: str) -> ArrayPlan:
+                    task_script: str, waits: list[tuple[str, str | None]] = ()) -> ArrayPlan:
     """The array's directives are its first task's (a sweep varies nothing that changes them:
-    checks.SWEEP_FIXED), with one log per task and the array's range."""
+    checks.SWEEP_FIXED), with one log per task and the array's range; `waits` (the sweep's
+    `after`, chains.directives) holds the whole array, not a task submitted again alone."""
     directives = [(k, v) for k, v in first.directives if k != "output"]
     if any(k == "output" for k, _ in first.directives):
         directives.append(("output", f"{run_dir}/logs/slurm-%A_%a.out"))
+    directives += [w for w in waits if w not in directives]
     directives.append(("array", f"0-{ntasks - 1}%{parallel}"))
     return ArrayPlan(name=first.name, site=first.site, backend=first.backend, run_dir=run_dir,
                      directives=directives, ntasks=ntasks, parallel=parallel,

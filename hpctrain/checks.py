@@ -11,6 +11,8 @@ import os
 import re
 import shlex
 
+import msgspec
+
 from .errors import HpctrainError, did_you_mean
 from .origins import Origins
 from .spec import JobSpec, SiteProfile, slurm_seconds
@@ -89,6 +91,24 @@ def check_site(site: SiteProfile, doc: Located) -> None:
     if site.gpu_type is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", site.gpu_type):
         raise HpctrainError(f"gpu_type {site.gpu_type!r} is not a GPU type name",
                             doc.where(("gpu_type",)), "letters, digits, '_', '.', '-': e.g. a100")
+    if site.module_init is not None and not site.module_init.strip():
+        raise HpctrainError("module_init is empty", doc.where(("module_init",)),
+                            "name the file that defines `module`, e.g. "
+                            "/usr/share/lmod/lmod/init/bash, or remove the key")
+    from .sbatch_options import check_site as check_forbid
+    check_forbid(site, doc.where)
+    _setup_lines(site.setup, doc.where)
+
+
+def _setup_lines(lines: list[str], where) -> None:
+    """Each setup line runs as one command (parts/environment.sh.j2): a trailing backslash
+    would join it to the script's next line."""
+    for i, line in enumerate(lines):
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2:
+            raise HpctrainError(f"setup line {i + 1} ends with '\\', which would join it to the "
+                                "next line of the script", where(("setup", i)),
+                                "give each setup line whole, as its own list entry")
 
 
 def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
@@ -111,6 +131,7 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
             raise HpctrainError(f"'{name}' is both a secret and a value in env: a secret's value "
                                 "must never be written into the script", where(("secrets",)),
                                 f"remove {name} from env; it is passed from your environment")
+    _setup_lines(spec.setup, where)
     if spec.python is not None:
         try:
             words = shlex.split(spec.python)
@@ -123,8 +144,89 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
         _preemption(spec, where)
     if scheduler.writes_directives:
         _directive_values(spec, site, where)
+        from .sbatch_options import check as check_options
+        warnings += check_options(spec.sbatch, site, where, where.site)
+    elif any(v is not None and v is not False for v in spec.sbatch.values()):
+        warnings.append(f"{where(('sbatch',))}: site '{site.name}' has no scheduler: its "
+                        "'sbatch' options are left out")
     warnings += adapter(spec.library).check(spec, site, where)
     return list(dict.fromkeys(warnings))
+
+
+# ----------------------------------------------------------------------------- resources
+
+def mem_mb(text: str) -> int:
+    """Slurm's memory size (MB when no unit) -> MB."""
+    unit = text[-1].upper() if text[-1].isalpha() else "M"
+    number = int(text[:-1] if text[-1].isalpha() else text)
+    return {"K": number // 1024, "M": number, "G": number * 1024, "T": number * 1024 * 1024}[unit]
+
+
+def fill_resources(spec: JobSpec, site: SiteProfile, where: Origins) -> tuple[JobSpec, list[str]]:
+    """CPUs and memory per rank that neither the job nor its site gave: what the library says a
+    rank needs (libraries/*: rank_needs), within the site's limits, else 1 CPU and the site's
+    memory default. A job (or site) asking for less than the library's need gets a warning with
+    the numbers. Returns the job with cpus_per_proc set, and the warnings."""
+    from .libraries import LIBRARIES, adapter
+    r, lim = spec.resources, site.limits
+    warnings: list[str] = []
+    if r.mem is not None and r.mem_per_cpu is not None:
+        raise HpctrainError(
+            f"'resources.mem' ({r.mem}, {where(('resources', 'mem'))}) and "
+            f"'resources.mem_per_cpu' ({r.mem_per_cpu}) are both set: Slurm takes one",
+            where(("resources", "mem_per_cpu")),
+            "keep one; in a job, 'mem: null' drops a site's default mem")
+    needs = adapter(spec.library).rank_needs(spec) if spec.library in LIBRARIES else None
+    ppn = procs_per_node(spec)
+    cpus, mem_per_cpu = r.cpus_per_proc, r.mem_per_cpu
+    if needs is None:
+        cpus = cpus or 1
+    elif cpus is None:
+        cpus = needs.cpus
+        if lim.cpus_per_node is not None and ppn * cpus > lim.cpus_per_node:
+            cpus = max(1, lim.cpus_per_node // ppn)
+            warnings.append(
+                f"{spec.library}: each rank gets {cpus} CPU(s) ({ppn} ranks on site "
+                f"'{site.name}' nodes of {lim.cpus_per_node} CPUs), fewer than the {needs.cpus} "
+                f"that {needs.source} gives a rank")
+    elif cpus < needs.cpus:
+        warnings.append(
+            f"{where(('resources', 'cpus_per_proc'))}: {spec.library} ranks get "
+            f"{cpus} CPU(s) each (resources.cpus_per_proc), but {needs.source} gives a rank "
+            f"{needs.cpus}: the simulator would starve. Fix: cpus_per_proc: {needs.cpus} "
+            "(or leave it out)")
+    if needs is not None:
+        need_mb = mem_mb(needs.mem_per_cpu)
+        rank_mb = need_mb * cpus
+        skip = {"mem", "mem-per-cpu"} & set(site.sbatch_skip)
+        if r.mem is not None:
+            if mem_mb(r.mem) < ppn * rank_mb:
+                warnings.append(
+                    f"{where(('resources', 'mem'))}: {spec.library}: resources.mem={r.mem} per "
+                    f"node gives each of {ppn} rank(s) {mem_mb(r.mem) // ppn} MB, but "
+                    f"{needs.source} gives a rank {cpus} x {need_mb} MB = {rank_mb} MB. Fix: "
+                    f"mem: {(ppn * rank_mb + 1023) // 1024}G, or mem_per_cpu: {needs.mem_per_cpu} "
+                    "instead")
+        elif mem_per_cpu is not None:
+            if mem_mb(mem_per_cpu) < need_mb:
+                warnings.append(
+                    f"{where(('resources', 'mem_per_cpu'))}: {spec.library}: "
+                    f"resources.mem_per_cpu={mem_per_cpu} is less than the {needs.mem_per_cpu} "
+                    f"per CPU of {needs.source}. Fix: mem_per_cpu: {needs.mem_per_cpu}")
+        elif not skip:
+            mem_per_cpu = needs.mem_per_cpu
+            if lim.mem_per_node is not None and ppn * cpus * need_mb > mem_mb(lim.mem_per_node):
+                mem_per_cpu = f"{max(1, mem_mb(lim.mem_per_node) // (ppn * cpus))}M"
+                warnings.append(
+                    f"{spec.library}: each CPU gets {mem_per_cpu} (site '{site.name}' nodes "
+                    f"have {lim.mem_per_node}), less than the {needs.mem_per_cpu} of "
+                    f"{needs.source}")
+    if lim.mem_per_node is not None and r.mem is not None and mem_mb(r.mem) > mem_mb(lim.mem_per_node):
+        raise HpctrainError(f"'resources.mem' is {r.mem}, but site '{site.name}' nodes have "
+                            f"{lim.mem_per_node}", where(("resources", "mem")),
+                            f"ask for {lim.mem_per_node} or less")
+    filled = msgspec.structs.replace(r, cpus_per_proc=cpus, mem_per_cpu=mem_per_cpu)
+    return msgspec.structs.replace(spec, resources=filled), warnings
 
 
 def _resources(spec, site, scheduler, where, warnings) -> None:

@@ -15,11 +15,15 @@ def _job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--site", help="site profile name or file (wins over the job's own 'site')")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a job value, e.g. --set resources.nodes=4 (repeatable)")
+    p.add_argument("--after", action="append", metavar="RUN",
+                   help="start only after this run ended: RUN (it succeeded), afterany:RUN, "
+                   "afternotok:RUN; a run id, directory or job id (repeatable; replaces the "
+                   "job's own 'after')")
 
 
 def _load(args, show_warnings: bool = True):
     from .loading import load_job
-    job = load_job(args.job, site=args.site, overrides=args.overrides)
+    job = load_job(args.job, site=args.site, overrides=args.overrides, after=args.after)
     if show_warnings:
         for w in job.warnings:
             print(f"warning: {w}", file=sys.stderr)
@@ -60,6 +64,8 @@ def cmd_validate(args) -> int:
         ("cpu mode", p.bootstrap["cpu_mode"]),
         ("tasks", f"{len(prep.tasks)}, {prep.parallel} at a time" if prep.tasks else "-"),
     ]
+    for dep in prep.job.after:
+        rows.append(("after", f"{dep['mode']} run {dep['run_id']} (job {dep['job_id']})"))
     for w in p.warnings:
         rows.append(("warning", w))
     width = max(len(k) for k, _ in rows)
@@ -102,6 +108,42 @@ def cmd_submit(args) -> int:
     for f in st.failures:
         print(f"failed: rank {f['rank']} on {f['node']} exit {f['exit_status']}: {f['error']}")
     return exit_status(st)
+
+
+def cmd_site_detect(args) -> int:
+    import shlex
+    from pathlib import Path
+    from .backends.slurm_detect import detect
+    from .sites import _load, search_dirs
+    import os
+    import re
+    from .errors import HpctrainError
+    if not re.fullmatch(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,100}", args.name):
+        raise HpctrainError(f"site name {args.name!r} is not a valid name",
+                            fix="letters, digits, '_', '.', '-' (it becomes NAME.yaml)")
+    out = Path(args.out) if args.out else search_dirs()[-2] / f"{args.name}.yaml"
+    if out.exists() and not args.force:
+        raise HpctrainError(f"{out} exists", fix="--force to replace it, or --out FILE")
+    # The probe's files live where runs do: on the file system the nodes share.
+    work = Path(os.environ.get("HPCTRAIN_RUNS_DIR") or "runs").resolve() / ".site-detect" / args.name
+    if not args.no_probe:
+        print("site detect: asking scontrol and sinfo, and one 2-node probe job ...", flush=True)
+    _, todo = detect(args.name, out, args.partition, args.nodelist,
+                     shlex.split(args.python) if args.python else None, not args.no_probe, work)
+    _load(str(out), out.stat().st_mtime_ns)  # the profile it wrote loads as every site does
+    print(f"wrote {out} (valid); each key says why in a comment above it")
+    for t in todo:
+        print(f"  TODO: {t}")
+    print(f"next: hpctrain doctor --site {out if args.out else args.name}")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from .doctor import run
+    report = run(args.job, args.site, args.overrides, timeout=args.timeout,
+                 say=lambda text: print(text, flush=True))
+    print(report.text())
+    return 0 if report.ok else 1
 
 
 def _write(text: str) -> None:
@@ -223,6 +265,32 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    "exit with its exit status")
     p.add_argument("--ranks", action="store_true", help="with --wait: each rank's progress too")
     p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("site", help="site profiles: `site detect NAME` writes one from what the "
+                       "cluster says")
+    site_sub = p.add_subparsers(dest="site_command", metavar="SUBCOMMAND", required=True)
+    d = site_sub.add_parser("detect", help="on a login node: scontrol, sinfo and a 2-node probe "
+                            "job -> a commented, validated site profile")
+    d.add_argument("name", help="the site's name (the profile is NAME.yaml)")
+    d.add_argument("--partition", help="the partition to describe (default: Slurm's default)")
+    d.add_argument("--nodelist", help="the two nodes the probe runs on (default: Slurm's choice)")
+    d.add_argument("--python", help="the interpreter on the nodes, as a command (default: this one)")
+    d.add_argument("--out", help="the file to write (default ~/.config/hpctrain/sites/NAME.yaml)")
+    d.add_argument("--force", action="store_true", help="replace an existing profile")
+    d.add_argument("--no-probe", action="store_true",
+                   help="no probe job: scontrol and sinfo only (head and modules left as TODO)")
+    d.set_defaults(func=cmd_site_detect)
+
+    p = sub.add_parser("doctor", help="a short 2-node check with the job's own settings: head "
+                       "name, run directory, rendezvous, all-reduce bandwidth, devices; a fix "
+                       "for each failure")
+    p.add_argument("job", nargs="?", help="the job file (default: a plain job on the site)")
+    p.add_argument("--site", help="site profile name or file")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a job value (repeatable)")
+    p.add_argument("--timeout", type=float, default=900,
+                   help="seconds to wait for the check job (default 900)")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("status", help="a run's state, training progress, nodes, time and failed "
                        "ranks; no RUN: recent runs")

@@ -23,7 +23,7 @@ WIDTH = 80
 def describe(state: JobState) -> str:
     """One phrase: 'PENDING (Resources)', 'FAILED exit 3', 'RUNNING 00:01:02 on node[1-2]'."""
     s = state.state
-    if state.reason and (s in (State.PENDING, State.REQUEUED, State.UNKNOWN)
+    if state.reason and (s in (State.PENDING, State.REQUEUED, State.UNKNOWN, State.CANCELLED)
                          or state.reason.startswith("cannot reach")):
         return f"{s.value} ({state.reason})"
     parts = [s.value]
@@ -129,6 +129,11 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
         lines.append(f"nodes     {s.nodes}")
     if s.elapsed and not s.tasks:
         lines.append(f"elapsed   {s.elapsed}")
+    for dep in st.waits_for:
+        verdict = {"waiting": "", "met": " (met)",
+                   "never": f" - {dep['mode']} can never be met"}.get(dep["verdict"], "")
+        lines.append(f"after     {dep['mode']} run {dep['run_id']} (job {dep['job']}): "
+                     f"{dep['state']}{verdict}")
     if st.submitted:
         lines.append(f"submitted {st.submitted}")
     lines.append(f"directory {st.path}")

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 import msgspec
 
 from . import sites
-from .checks import check, check_sweep, check_text, sweep_points
+from .checks import check, check_sweep, check_text, fill_resources, sweep_points
 from .errors import HpctrainError
 from .origins import Origins
 from .spec import JobSpec, SiteProfile, deep_merge, explain, parse_override, set_path
@@ -38,6 +38,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     raw: dict = msgspec.field(default_factory=dict)  # the merged document, pre-validation
     tasks: tuple[Task, ...] = ()  # a sweep's tasks, each a whole job; () without a sweep
     origins: Any = None  # origins.Origins: where each key came from, for later errors
+    # The runs this job waits for, resolved (chains.resolve): ({mode, run_id, job_id, path}, ...)
+    after: tuple = ()
 
     def resolved(self) -> dict:
         """The job as validated, defaults included: what the run directory records."""
@@ -56,19 +58,22 @@ def _site_choice(cli_site: str | None, doc: dict) -> tuple[str, str | None]:
 
 
 def load_job(source: str | os.PathLike | dict | Job | None = None, *, site: str | None = None,
-             overrides: Iterable[str] = (), **values: Any) -> Job:
+             overrides: Iterable[str] = (), after: Any = None, **values: Any) -> Job:
     """Load and validate a job.
 
     source: a job.yaml path, a dict with the same keys, a loaded Job (to override it), or None
     and keyword arguments.
     site: a site name or profile path; wins over the job's own `site`.
     overrides: `key.path=value` strings, as `--set` takes them; applied last.
+    after: runs this job waits for, as `--after` takes them (a run id, directory, job id, a
+    Handle; "afterany:RUN"): replaces the job's own `after`.
     values: job keys given directly (Python use), applied after the source, before overrides.
     """
     if isinstance(source, Job):
         data = dict(source.raw)
         data.pop("site", None)
-        return load_job(data, site=site or source.site_ref, overrides=overrides, **values)
+        return load_job(data, site=site or source.site_ref, overrides=overrides, after=after,
+                        **values)
     if source is None or isinstance(source, dict):
         doc = Located(dict(source or {}), "<python>", {})
     else:
@@ -86,6 +91,13 @@ def load_job(source: str | os.PathLike | dict | Job | None = None, *, site: str 
                                 "give a whole list (--set 'args=[a, b]') or an existing index"
                                 ) from None
         set_args[path] = text
+    flags: dict[tuple, str] = {}
+    if after is not None:
+        from .chains import as_text
+        refs = [after] if isinstance(after, (str, os.PathLike)) or not hasattr(after, "__iter__") \
+            else list(after)
+        data["after"] = [as_text(r) for r in refs]
+        flags[("after",)] = " ".join(f"--after {r}" for r in data["after"])
 
     site_name, site_from = _site_choice(site, data)
     try:
@@ -98,7 +110,7 @@ def load_job(source: str | os.PathLike | dict | Job | None = None, *, site: str 
     merged = deep_merge(profile.defaults, data)
     env_keys = {("runs_dir",): "HPCTRAIN_RUNS_DIR"} if "runs_dir" not in merged \
         and os.environ.get("HPCTRAIN_RUNS_DIR") else {}
-    where = Origins(doc, site_doc, profile.name, set_args, env_keys, site_from)
+    where = Origins(doc, site_doc, profile.name, set_args, env_keys, site_from, flags)
     check_text(merged, where)
     if env_keys:
         check_text({"runs_dir": os.environ["HPCTRAIN_RUNS_DIR"]}, where)
@@ -107,9 +119,12 @@ def load_job(source: str | os.PathLike | dict | Job | None = None, *, site: str 
         spec = msgspec.convert(merged, JobSpec)
     except msgspec.ValidationError as exc:
         raise explain(exc, JobSpec, where, merged) from None
-    warnings = check(spec, profile, where)
+    spec, notes = fill_resources(spec, profile, where)
+    warnings = notes + check(spec, profile, where)
+    from .chains import resolve
     job = Job(spec=spec, site=profile, source=doc.source, workdir=os.getcwd(),
-              warnings=tuple(warnings), raw=merged, site_ref=site_name, origins=where)
+              warnings=tuple(dict.fromkeys(warnings)), raw=merged, site_ref=site_name,
+              origins=where, after=resolve(spec, profile, where))
     if spec.sweep is not None:
         job = _with_tasks(job, where)
     return job
@@ -120,6 +135,7 @@ def _with_tasks(job: Job, where: Origins) -> Job:
     base = dict(job.raw)
     base.pop("sweep", None)
     base.pop("site", None)
+    base.pop("after", None)  # the array waits (arrays.py); its tasks, resubmitted alone, do not
     tasks = []
     warnings = list(job.warnings)
     for i, point in enumerate(sweep_points(job.spec.sweep)):

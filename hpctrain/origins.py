@@ -15,14 +15,18 @@ class Origins:
 
     def __init__(self, job: Located, site: Located, site_name: str,
                  set_args: dict[tuple, str] | None = None, env_keys: dict[tuple, str] | None = None,
-                 site_from: str | None = None):
+                 site_from: str | None = None, flags: dict[tuple, str] | None = None):
         self.job, self.site_doc, self.site_name = job, site, site_name
         self.set_args = set_args or {}  # key path -> the --set argument that gave it
+        self.flags = flags or {}  # key path -> the command-line option that gave it (--after X)
         self.env_keys = env_keys or {}  # key path -> the environment variable that gave it
         self.site_from = site_from  # how the site was chosen, when not by the job or --site
 
     def __call__(self, path: tuple = ()) -> str:
         path = tuple(path)
+        for n in range(len(path), 0, -1):
+            if path[:n] in self.flags:
+                return self.flags[path[:n]]
         for n in range(len(path), 0, -1):
             if path[:n] in self.set_args:
                 return f"--set {self.set_args[path[:n]]}"

@@ -11,10 +11,11 @@ import sys
 
 import msgspec
 
-from . import __version__, survive
+from . import __version__, chains, survive
 from .checks import procs_per_node
 from .libraries import adapter
 from .loading import Job
+from .sbatch_options import option_values
 from .spec import env_text
 
 # A msgspec Struct rather than a dataclass: `dataclasses` (with `inspect`) is ~5 ms of imports
@@ -26,11 +27,13 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     run_dir: str  # absolute; the run id is chosen outside, so rendering stays deterministic
     workdir: str
     # The directive table: (option, value or None for a flag), hpctrain's in a fixed order, then
-    # the site's sbatch_extra; those in the site's sbatch_skip left out. Slurm's option names;
-    # each backend writes (or translates) it in its own syntax.
+    # the site's sbatch_extra, the job's own `sbatch:` options (replacing a site extra of the
+    # same name) and what it waits for (`after`); those in the site's sbatch_skip left out.
+    # Slurm's option names; each backend writes (or translates) it in its own syntax.
     directives: list[tuple[str, str | None]]
     gpus: tuple[str, str] | None  # the GPU request, repeated on the launch step
     modules: list[str]
+    module_init: str | None  # sourced before the first `module` command (site's module_init)
     setup: list[str]  # raw shell lines (site first, then job)
     env: dict[str, str]  # exported in the script, for every rank
     secrets: list[str]  # names that must be set in the submitting environment
@@ -82,18 +85,23 @@ def directive_table(job: Job, run_dir: str, preempt: dict | None) -> list[tuple[
     gpus = gpu_request(job)
     if gpus:
         d.append(gpus)
-    for key in ("mem", "time", "partition", "account", "qos", "constraint"):
+    for key in ("mem", "mem_per_cpu", "time", "partition", "account", "qos", "constraint"):
         value = getattr(r, key)
         if value is not None:
-            d.append((key, str(value)))
+            d.append((key.replace("_", "-"), str(value)))
     if r.exclusive:
         d.append(("exclusive", None))
     d.append(("output", f"{run_dir}/logs/slurm-%j.out"))
     d.append(("open-mode", "append"))  # a requeued run keeps appending to the same log
     d += survive.directives(preempt)
+    own = option_values(spec.sbatch)  # sbatch_options.check: none of hpctrain's own
+    mine = {k for k, _ in own}
     for extra in site.sbatch_extra:  # checks.check_site: "--key" or "--key=value"
         key, sep, value = extra[2:].partition("=")
-        d.append((key, value if sep else None))
+        if key not in mine:  # the job's own value wins over the site's
+            d.append((key, value if sep else None))
+    d += own
+    d += chains.directives(job.after, spec.sbatch)
     skip = set(site.sbatch_skip)
     return [(k, v) for k, v in d if k not in skip]
 
@@ -158,7 +166,8 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
     return LaunchPlan(
         name=spec.name, site=site.name, backend=site.scheduler, run_dir=run_dir,
         workdir=job.workdir, directives=directives, gpus=gpus,
-        modules=list(site.modules), setup=list(site.setup) + list(spec.setup),
+        modules=list(site.modules), module_init=site.module_init,
+        setup=list(site.setup) + list(spec.setup),
         env=env, secrets=list(spec.secrets), nnodes=spec.resources.nodes, nproc_per_node=ppn,
         cpus_per_task=ppn * spec.resources.cpus_per_proc, launcher=lib.launcher,
         python=python, program=program,

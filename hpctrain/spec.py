@@ -38,8 +38,11 @@ class Resources(_Strict):
     nodes: Count = 1
     gpus_per_node: NonNeg = 0
     procs_per_node: Count | None = None  # ranks per node; None: gpus_per_node, or 1 without GPUs
-    cpus_per_proc: Count = 1
+    # CPUs per rank; None: what the library says a rank needs (libraries/*: rank_needs), else 1.
+    cpus_per_proc: Count | None = None
     mem: Memory | None = None  # per node, Slurm's --mem
+    # Per CPU, Slurm's --mem-per-cpu (not with mem); None: the library's need, else the site's.
+    mem_per_cpu: Memory | None = None
     time: SlurmTime = "01:00:00"
     partition: str | None = None
     account: str | None = None
@@ -71,6 +74,11 @@ class Preemption(_Strict):
     max_requeues: NonNeg = 3  # compared with SLURM_RESTART_COUNT (requeues of any cause)
 
 
+# A per-job scheduler option's value: text, a number, true for a flag (false/null: left out), or
+# a list joined with commas (mail-type: [END, FAIL]). checks.py holds it to what a directive can carry.
+OptionValue = Union[str, int, bool, list[Union[str, int]], None]
+
+
 class Sweep(_Strict):
     grid: dict[str, list[Any]] = {}  # key.path -> values; the cartesian product
     variants: list[dict[str, Any]] = []  # explicit variants, each a {key.path: value} mapping
@@ -100,6 +108,12 @@ class JobSpec(_Strict):
     sweep: Sweep | None = None
     setup: list[str] = []  # shell lines run before the launch on the batch host
     runs_dir: str | None = None  # None: $HPCTRAIN_RUNS_DIR, else ./runs
+    # Scheduler options of this job that hpctrain does not own (sbatch_options.py): reservation,
+    # mail-type, exclude, nodelist, begin, ... -> the directive table, after the site's extras.
+    sbatch: dict[str, OptionValue] = {}
+    # Runs (or scheduler job ids) this job waits for: "RUN" (afterok), "afterany:RUN",
+    # "afternotok:RUN"; one or a list (chains.py). `--after` on the command line replaces it.
+    after: Union[str, list[str]] = []
 
 
 class HeadAddress(_Strict):
@@ -123,6 +137,7 @@ class Limits(_Strict):
     cpus_per_node: Count | None = None
     max_time: SlurmTime | None = None
     max_array_size: Count | None = None
+    mem_per_node: Memory | None = None  # what a node can give a job (Slurm's RealMemory)
 
 
 class SiteProfile(_Strict):
@@ -133,9 +148,13 @@ class SiteProfile(_Strict):
     gpu_type: str | None = None  # --gres=gpu:TYPE:N / --gpus-per-node=TYPE:N
     limits: Limits = field(default_factory=Limits)
     modules: list[str] = []  # `module load` arguments
+    # A file to source before `module` is used, where the batch shell does not define it:
+    # e.g. /usr/share/lmod/lmod/init/bash (Lmod), /usr/share/modules/init/bash (Environment Modules).
+    module_init: str | None = None
     setup: list[str] = []  # shell lines (the site's own, trusted) before the launch
     sbatch_extra: list[str] = []  # extra directives, e.g. "--reservation=rl"
     sbatch_skip: list[str] = []  # directives this site rejects, e.g. "mem"
+    sbatch_forbid: list[str] = []  # scheduler options jobs may not set here (job key `sbatch`)
     env: dict[EnvName, EnvValue] = {}  # NCCL tuning and the like, for every rank
     head: HeadAddress = field(default_factory=HeadAddress)
     port: PortRule = field(default_factory=PortRule)

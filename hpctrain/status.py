@@ -34,6 +34,9 @@ class RunStatus(msgspec.Struct, kw_only=True):
     ended: str | None = None  # why the job ended without success (status/failure.json)
     # How far the training got (progress.py): the run's, or each sweep task's that reported.
     progress: list[TrainingProgress] = []
+    # What it waits for (waits_for below): [{mode, run_id, job, state, verdict}], while it
+    # waits, or when its scheduler gave up on it because a condition can never hold.
+    waits_for: list[dict] = []
 
     def to_json(self) -> dict:
         d = msgspec.to_builtins(self)
@@ -102,7 +105,7 @@ def _adopted(run: Run, states: dict) -> bool:
     return True
 
 
-def _status(run: Run, state: JobState) -> RunStatus:
+def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
     rec = run.record
     failure = read_job_failure(str(run.path))
     return RunStatus(run_id=run.id, name=rec.name, site=rec.site, backend=rec.backend,
@@ -111,12 +114,34 @@ def _status(run: Run, state: JobState) -> RunStatus:
                      failures=[f.to_dict() for f in read_rank_failures(str(run.path))],
                      task_values=rec.task_values,
                      ended=f"{failure.reason}: {failure.message}" if failure else None,
-                     progress=of_run(str(run.path), rec.array_size))
+                     progress=of_run(str(run.path), rec.array_size),
+                     waits_for=waits.get(run.path, []))
 
 
-def gather_many(runs: list[Run], live: bool = True) -> list[RunStatus]:
+# Slurm's reasons for holding a job, or ending it, over its dependencies.
+_DEPENDENCY_REASONS = ("Dependency", "DependencyNeverSatisfied")
+
+
+def _waiting(runs: list[Run], states: dict, live: bool) -> dict:
+    """For each run that waits for others (or was ended because it never can): those runs'
+    states now, in one more query for all of them (waits_for below)."""
+    waiting = [r for r in runs if r.record.after and (not states[r.path].done or
+                                                      states[r.path].reason in _DEPENDENCY_REASONS)]
+    if not waiting:
+        return {}
+    targets: dict[str, Run] = {}
+    for run in waiting:
+        for dep in run.record.after:
+            path = Path(dep.get("path", ""))
+            if (path / "run.json").is_file():
+                targets[str(path)] = Run(path)
+    found = dict(zip(targets, gather_many(list(targets.values()), live, follow=False)))
+    return {run.path: waits_for(run.record.after, found) for run in waiting}
+
+
+def gather_many(runs: list[Run], live: bool = True, follow: bool = True) -> list[RunStatus]:
     """The status of each run, in order: one scheduler query per backend for all of them, none
-    for runs already known to have ended."""
+    for runs already known to have ended; follow: also the runs they wait for."""
     states: dict[Path, JobState] = {run.path: _recorded(run) for run in runs}
     if live:
         by_backend: dict[str, list[Run]] = {}
@@ -139,7 +164,8 @@ def gather_many(runs: list[Run], live: bool = True) -> list[RunStatus]:
                 continue
             for run, state in zip(group, answers):
                 states[run.path] = _keep(run, state)
-    return [_status(run, states[run.path]) for run in runs]
+    waits = _waiting(runs, states, live) if follow else {}
+    return [_status(run, states[run.path], waits) for run in runs]
 
 
 def gather(run: Run, live: bool = True) -> RunStatus:
@@ -215,3 +241,21 @@ def exit_status(st: RunStatus) -> int:
     if st.state.state == State.COMPLETED:
         return 0
     return st.state.exit_code if st.state.exit_code else 1
+
+
+def waits_for(after: list[dict], statuses: dict) -> list[dict]:
+    """What a run waits for, for `status`: each condition with its run's state now and whether
+    it still can, already does, or can never hold."""
+    out = []
+    for dep in after:
+        st = statuses.get(dep.get("path"))
+        state = st.state.state.value if st is not None else "UNKNOWN"
+        if st is None or not st.state.done:
+            verdict = "waiting"
+        else:
+            ok = state == "COMPLETED"
+            met = {"afterok": ok, "afternotok": not ok, "afterany": True}.get(dep["mode"], True)
+            verdict = "met" if met else "never"
+        out.append({"mode": dep["mode"], "run_id": dep.get("run_id"), "job": dep.get("job_id"),
+                    "state": state, "verdict": verdict})
+    return out

@@ -65,9 +65,11 @@ def _prepare_one(job: Job, run_id: str, run_dir: Path) -> Prepared:
 
 def _prepare_sweep(job: Job, run_id: str, run_dir: Path) -> Prepared:
     from .arrays import make_array_plan, parallelism
+    from .chains import directives
     subs = tuple(_prepare_one(t.job, run_id, run_dir / "tasks" / str(t.index)) for t in job.tasks)
     k = parallelism(job, len(subs))
-    aplan = make_array_plan(str(run_dir), subs[0].plan, len(subs), k, subs[0].script_name)
+    waits = directives(job.after, job.spec.sbatch)
+    aplan = make_array_plan(str(run_dir), subs[0].plan, len(subs), k, subs[0].script_name, waits)
     cls = backend_class(aplan.backend)
     return Prepared(job=job, plan=subs[0].plan, script=render_plan(aplan, "array.sh.j2"),
                     run_id=run_id, run_dir=run_dir, backend=aplan.backend,
@@ -104,7 +106,8 @@ def _record(prep: Prepared) -> dict:
         procs_per_node=prep.plan.nproc_per_node,
         script=prep.script_name if prep.function is None else None,
         source=prep.job.source, workdir=prep.job.workdir, state="SUBMITTING",
-        hpctrain_version=__version__, git=git_state(prep.job.workdir))
+        hpctrain_version=__version__, git=git_state(prep.job.workdir),
+        after=[dict(d) for d in prep.job.after])
     if prep.tasks:
         rec.update(array_size=len(prep.tasks), parallel=prep.parallel,
                    task_values=[dict(t.values) for t in prep.job.tasks])
@@ -115,9 +118,11 @@ def _record(prep: Prepared) -> dict:
 def submit_prepared(prep: Prepared) -> Run:
     """Write the run directory and submit. On any failure nothing is left behind: the directory
     is removed and a job that was already queued is cancelled."""
+    from .chains import check_live
     from .checks import check_secrets
     from .rank.records import RunRecord
     check_secrets(prep.job)
+    check_live(prep.job)
     chosen = backend(prep.backend)
     with creating(prep.run_dir) as run:
         # Recorded and indexed before anything starts: a submit killed at any later instant

@@ -62,6 +62,7 @@ class JobState(msgspec.Struct):
     job: str | None = None  # the scheduler's name for it: 1234, 1234_5, local-4321
     tasks: list["JobState"] = msgspec.field(default_factory=list)  # an array's tasks, by index
     counts: dict = msgspec.field(default_factory=dict)  # an array's tasks per state
+    dependency: str | None = None  # what the scheduler holds it for: afterok:12(unfulfilled)
 
     @property
     def done(self) -> bool:
@@ -78,6 +79,15 @@ class Backend(abc.ABC):
     max_nodes: ClassVar[int | None] = None  # None: as many as the site allows
     preemption: ClassVar[bool] = False  # signals ahead of the time limit, and requeue
     writes_directives: ClassVar[bool] = False  # the script's header holds scheduler directives
+    dependencies: ClassVar[bool] = False  # holds a job until other jobs ended (chains.py)
+    # Shell text, in the batch script, naming the allocation's first node (doctor.py); None: the
+    # scheduler runs one node only.
+    first_node: ClassVar[str | None] = None
+
+    def every_node(self, command: str) -> str | None:
+        """A batch-script line running `command` once on every node of the allocation, its
+        output reaching the batch shell (doctor.py); None where the scheduler has one node."""
+        return None
 
     def header(self, directives: list[tuple[str, str | None]]) -> list[str]:
         """The script's header lines for the plan's directive table ("#SBATCH --nodes=2")."""

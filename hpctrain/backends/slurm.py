@@ -32,7 +32,14 @@ def _state(rec) -> JobState:  # rec: slurm_records.Record
     return JobState(state=state, raw=rec.state,
                     exit_code=rec.exit_code if state.done else None,
                     reason=rec.reason, nodes=rec.nodes, elapsed=fmt_elapsed(rec.elapsed()),
-                    restarts=rec.restarts, job=rec.name)
+                    restarts=rec.restarts, job=rec.name, dependency=rec.dependency)
+
+
+def directive_value(value: str) -> str:
+    """A value as an `#SBATCH` line carries it: sbatch ends an unquoted value at a space or a
+    `#` (measured on 22.05: `--comment=a#b c` became "a"), and reads double quotes itself.
+    Values never hold `"` (checks.py, sbatch_options.py)."""
+    return f'"{value}"' if (" " in value or "#" in value) else value
 
 
 class SlurmBackend(Backend):
@@ -40,9 +47,16 @@ class SlurmBackend(Backend):
     script_name = "job.sbatch"
     preemption = True
     writes_directives = True
+    dependencies = True
+    first_node = '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+
+    def every_node(self, command: str) -> str | None:
+        return ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
+                f'--ntasks-per-node=1 --cpus-per-task=1 {command}')
 
     def header(self, directives: list[tuple[str, str | None]]) -> list[str]:
-        return [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={v}" for k, v in directives]
+        return [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={directive_value(v)}"
+                for k, v in directives]
 
     def submit_command(self, script: Path) -> list[str]:
         return ["sbatch", "--parsable", str(script)]

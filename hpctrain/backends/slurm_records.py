@@ -32,6 +32,7 @@ class Record:
     end: float | None = None
     restarts: int = 0
     stdout: str | None = None  # its output file: names the run directory it belongs to
+    dependency: str | None = None  # Slurm's own text: afterok:12(unfulfilled), afterok:12(failed)
 
     @property
     def name(self) -> str:
@@ -117,7 +118,8 @@ def parse_squeue_json(text: str) -> list[Record]:
             reason=_none(j.get("state_reason")), exit_code=_wait_status(j.get("exit_code")),
             nodes=_none(j.get("nodes")), node_count=j.get("node_count"),
             start=j.get("start_time") or None, end=j.get("end_time") or None,
-            restarts=j.get("restart_cnt") or 0, stdout=_none(j.get("standard_output"))))
+            restarts=j.get("restart_cnt") or 0, stdout=_none(j.get("standard_output")),
+            dependency=_none(j.get("dependency"))))
     return out
 
 
@@ -169,7 +171,8 @@ def parse_scontrol(text: str) -> list[Record]:
             exit_code=_exit_pair(f.get("ExitCode")), nodes=_none(f.get("NodeList")),
             node_count=int(f["NumNodes"].split("-")[0]) if f.get("NumNodes", "").split("-")[0].isdigit() else None,
             start=_scontrol_time(f.get("StartTime")), end=_scontrol_time(f.get("EndTime")),
-            restarts=int(f.get("Restarts") or 0), stdout=_none(f.get("StdOut"))))
+            restarts=int(f.get("Restarts") or 0), stdout=_none(f.get("StdOut")),
+            dependency=_none(f.get("Dependency"))))
     return out
 
 

@@ -64,7 +64,8 @@ def slurm_parameters(plan, *, setup: list[str] | None = None) -> dict[str, Any]:
             name = _PARAMETERS[key]
             params[name] = True if value is None else int(value) if name in _COUNTS else value
         else:
-            additional[key] = True if value is None else value  # mem: Slurm's string, not GB
+            # mem: Slurm's string, not GB. submitit quotes values itself (shlex.quote).
+            additional[key] = True if value is None else value
     params["ntasks_per_node"] = plan.nproc_per_node
     params["cpus_per_task"] = plan.cpus_per_task // plan.nproc_per_node
     if additional:

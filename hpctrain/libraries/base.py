@@ -3,11 +3,19 @@ from __future__ import annotations
 
 import os
 import re
+from typing import NamedTuple
 
 from ..errors import HpctrainError
 from ..origins import Origins as Where
 from ..spec import JobSpec, SiteProfile
 
+
+
+class RankNeeds(NamedTuple):
+    """What one rank of a library needs from the node, and who says so."""
+    cpus: int  # CPUs per rank
+    mem_per_cpu: str  # Slurm's --mem-per-cpu form: 4048M
+    source: str  # where the numbers come from, for the warning
 
 
 class Adapter:
@@ -52,6 +60,13 @@ class Adapter:
     def env(self, spec: JobSpec) -> dict[str, str]:
         """Extra environment for every rank."""
         return {}
+
+    def rank_needs(self, spec: JobSpec) -> RankNeeds | None:
+        """The CPUs and memory one rank needs, when the library knows better than 1 CPU and
+        the site's memory default: they fill resources.cpus_per_proc / mem_per_cpu where neither
+        the job nor its site says, and a job asking for less gets a warning with the numbers
+        (checks.fill_resources). None: no such need (a plain torch program)."""
+        return None
 
     def check(self, spec: JobSpec, site: SiteProfile, where: Where) -> list[str]:
         """Library traps: raise HpctrainError for errors, return warnings."""
@@ -139,6 +154,12 @@ def gpu_masking(library: str, spec: JobSpec, site: SiteProfile, where: Where) ->
 # ------------------------------------------------------------------------------------ Isaac Lab
 
 ISAACLAB_SCRIPTS = "scripts/reinforcement_learning"
+# Isaac Lab's own Slurm template (docker/cluster/submit_job_slurm.sh) gives one GPU's training
+# `--cpus-per-task=8` and `--mem-per-cpu=4048`: Isaac Sim's simulation, rendering and the
+# environments' physics run on those CPUs, and one CPU per rank starves them.
+ISAACLAB_RANK = RankNeeds(8, "4048M", "Isaac Lab's own cluster template "
+                          "(docker/cluster/submit_job_slurm.sh: 8 CPUs and --mem-per-cpu=4048 "
+                          "per GPU)")
 
 
 class IsaacLabAdapter(Adapter):
@@ -188,6 +209,13 @@ class IsaacLabAdapter(Adapter):
 
     def run_in_run_dir(self, spec: JobSpec) -> bool:
         return self.isaaclab_mode(spec)
+
+    def rank_needs(self, spec: JobSpec) -> RankNeeds | None:
+        # Each rank of Isaac Lab's train.py runs a simulator on its GPU; a rank without a GPU
+        # (cpu_mode checks on CPU nodes) runs none of it at scale.
+        if self.isaaclab_mode(spec) and spec.resources.gpus_per_node:
+            return ISAACLAB_RANK
+        return None
 
     def checkpoint_patterns(self, spec: JobSpec) -> list[str]:
         # Isaac Lab's train.py runs in the run directory: its ./logs/<lib>/… are the run's.

@@ -362,6 +362,7 @@ class RunRecord:
     ntasks: int = 1  # function runs: submitit tasks (one per rank)
     submitit_folder: str | None = None
     function: dict = field(default_factory=dict)  # function runs: what ran (module, source hash)
+    after: list = field(default_factory=list)  # runs it waits for: [{mode, run_id, job_id, path}]
     extra: dict = field(default_factory=dict)
 
     @classmethod

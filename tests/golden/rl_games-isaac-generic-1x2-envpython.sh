@@ -2,8 +2,9 @@
 #SBATCH --job-name=ddp-check
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
-#SBATCH --cpus-per-task=2
+#SBATCH --cpus-per-task=16
 #SBATCH --gpus-per-node=2
+#SBATCH --mem-per-cpu=4048M
 #SBATCH --time=02:00:00
 #SBATCH --output=/runs/ddp-check/RUN_ID/logs/slurm-%j.out
 #SBATCH --open-mode=append
@@ -117,7 +118,7 @@ export HPCTRAIN_HEAD=localhost
 # unsaved: start it with the signal ignored. The ranks inherit that; the program installs its own handler.
 # shellcheck disable=SC2016
 AGENT=(bash -c 'trap "" USR2; exec "$@"' hpctrain-agent)
-LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=2 --gpus-per-node=2 --kill-on-bad-exit=1
+LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=16 --gpus-per-node=2 --kill-on-bad-exit=1
   "${AGENT[@]}" "${ISAACSIM_PYTHON_EXE}" -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 (( ! PREEMPTED )) || requeue_or_end

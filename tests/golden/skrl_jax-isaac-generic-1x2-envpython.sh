@@ -2,8 +2,9 @@
 #SBATCH --job-name=ddp-check
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
-#SBATCH --cpus-per-task=2
+#SBATCH --cpus-per-task=16
 #SBATCH --gpus-per-node=2
+#SBATCH --mem-per-cpu=4048M
 #SBATCH --time=02:00:00
 #SBATCH --output=/runs/ddp-check/RUN_ID/logs/slurm-%j.out
 #SBATCH --open-mode=append
@@ -115,7 +116,7 @@ export HPCTRAIN_HEAD=localhost
 # --- launch ---------------------------------------------------------------------------------
 # One Slurm task per rank, block-distributed: rank 0 runs on the first node (the coordinator);
 # every task sees all of its node's GPUs. srun fails the step if any rank fails.
-LAUNCH=(srun --nodes="$NNODES" --ntasks="$(( NNODES * 2 ))" --ntasks-per-node=2 --distribution=block --cpus-per-task=1 --gpus-per-node=2 --kill-on-bad-exit=1
+LAUNCH=(srun --nodes="$NNODES" --ntasks="$(( NNODES * 2 ))" --ntasks-per-node=2 --distribution=block --cpus-per-task=8 --gpus-per-node=2 --kill-on-bad-exit=1
   "${ISAACSIM_PYTHON_EXE}" "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 (( ! PREEMPTED )) || requeue_or_end
 log "launch: ${LAUNCH[*]}"

@@ -2,8 +2,9 @@
 #SBATCH --job-name=ddp-check
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
-#SBATCH --cpus-per-task=4
+#SBATCH --cpus-per-task=32
 #SBATCH --gres=gpu:a100:4
+#SBATCH --mem-per-cpu=4048M
 #SBATCH --time=01:00:00
 #SBATCH --output=/runs/ddp-check/RUN_ID/logs/slurm-%j.out
 #SBATCH --open-mode=append
@@ -96,8 +97,32 @@ unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_AD
   JAX_COORDINATOR_ADDR JAX_COORDINATOR_PORT HPCTRAIN_RANK HPCTRAIN_IS_MAIN HPCTRAIN_SEED \
   HPCTRAIN_BASE_SEED HPCTRAIN_RESUME_FROM HPCTRAIN_JOB_ID
 cd /work/job
-module load cuda/12.4
+# Module systems and activation scripts are not written for strict mode: Lmod's shell code, the
+# `execute` lines of modulefiles and conda's or a venv's scripts read unset variables (which ends
+# a `set -u` shell even inside `||`) and run commands that fail on purpose. So they run with
+# `set +u` and without pipefail, each as one command whose status alone counts (errexit does not
+# fire inside it); strict mode is restored after them. A failing module or line stops the job.
+setup_failed() {  # WORDS...; called as `COMMAND || setup_failed ...`
+  # shellcheck disable=SC2320  # $? is COMMAND's status (a setup line may end with an echo)
+  local status=$?
+  record_failure setup "$status" "$* (status $status)" 2>/dev/null  # status/failure.json; said once, below
+  die "$* (status $status)"
+}
+# (Saved from $- and [[ -o ]], not $(set +o): a command substitution reports errexit off.)
+SETUP_FLAGS=$-
+if [[ -o pipefail ]]; then SETUP_PIPEFAIL=-o; else SETUP_PIPEFAIL=+o; fi
+set +u +o pipefail
+command -v module >/dev/null 2>&1 || setup_failed "the site 'ib-suffix' loads modules, but 'module' is not defined in the job's shell: set module_init in the site profile (e.g. /usr/share/lmod/lmod/init/bash)"
+load_module() {  # NAME: one module per command, so that a failure names it (Lmod loads none of a failing list)
+  module load "$1" || setup_failed "module load $1 failed (site 'ib-suffix' modules): the module system's message is above; check the name with  module avail $1  on a login node"
+}
+load_module cuda/12.4
+# shellcheck source=/dev/null
+{
 source /opt/venv/bin/activate
+} || setup_failed "setup line 1 failed:" 'source /opt/venv/bin/activate'
+set "$SETUP_PIPEFAIL" pipefail
+[[ "$SETUP_FLAGS" != *u* ]] || set -u
 export NCCL_SOCKET_IFNAME=ib
 export NCCL_IB_HCA=mlx5
 export HPCTRAIN_RUN_DIR=/runs/ddp-check/RUN_ID
@@ -130,7 +155,7 @@ log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | p
 # --- launch ---------------------------------------------------------------------------------
 # One Slurm task per rank, block-distributed: rank 0 runs on the first node (the coordinator);
 # every task sees all of its node's GPUs. srun fails the step if any rank fails.
-LAUNCH=(srun --nodes="$NNODES" --ntasks="$(( NNODES * 4 ))" --ntasks-per-node=4 --distribution=block --cpus-per-task=1 --gres=gpu:a100:4 --kill-on-bad-exit=1
+LAUNCH=(srun --nodes="$NNODES" --ntasks="$(( NNODES * 4 ))" --ntasks-per-node=4 --distribution=block --cpus-per-task=8 --gres=gpu:a100:4 --kill-on-bad-exit=1
   python "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
 # --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------

@@ -44,7 +44,8 @@ def test_a_command_parses_the_same_with_only_its_own_subparser():
     full = build_parser()
     commands = next(a for a in full._actions if a.dest == "command").choices
     samples = {"render": ["job.yaml", "--site", "s", "--set", "a.b=1"], "submit": ["j.yaml", "--wait"],
-               "logs": ["r1", "-f", "--rank", "3"], "status": ["r1", "--json"], "list": ["--limit", "5"]}
+               "logs": ["r1", "-f", "--rank", "3"], "status": ["r1", "--json"], "list": ["--limit", "5"],
+               "site": ["detect", "big", "--partition", "gpu"], "doctor": ["j.yaml", "--site", "s"]}
     for name in commands:
         argv = [name, *samples.get(name, ["r1"] if name not in ("list",) else [])]
         one = build_parser(name)

@@ -61,6 +61,11 @@ JOB_FIELDS = {
     "sweep.value": lambda v: {"sweep": {"grid": {"env.HOSTILE": [v, "x"]}}},
     "sweep.key": lambda v: {"sweep": {"grid": {v: ["1", "2"]}}},
     "site": lambda v: {"site": v},
+    "resources.mem_per_cpu": lambda v: {"resources": {"mem_per_cpu": v}},
+    "sbatch.value": lambda v: {"sbatch": {"comment": v}},
+    "sbatch.list": lambda v: {"sbatch": {"mail-type": ["END", v]}},
+    "sbatch.key": lambda v: {"sbatch": {v: "1"}},
+    "after": lambda v: {"after": v},
 }
 
 # Where a payload goes in a site profile (YAML text; the payload is a JSON string, valid YAML).
@@ -78,6 +83,10 @@ SITE_FIELDS = {
     "head.suffix": "name: hs\nhead: {{mode: suffix, suffix: {v}}}\n",
     "defaults.args": "name: hs\ndefaults: {{args: [{v}]}}\n",
     "defaults.partition": "name: hs\ndefaults: {{resources: {{partition: {v}}}}}\n",
+    "module_init": "name: hs\nmodule_init: {v}\nmodules: [m]\n",
+    "sbatch_forbid": "name: hs\nsbatch_forbid: [{v}]\n",
+    "limits.mem_per_node": "name: hs\nlimits: {{mem_per_node: {v}}}\n",
+    "defaults.sbatch": "name: hs\ndefaults: {{sbatch: {{comment: {v}}}}}\n",
 }
 SCHEDULERS = ("local", "slurm")
 
@@ -138,6 +147,8 @@ class Rendered:
         if field in ("setup",):
             assert proc.returncode == 0, proc.stderr
         if proc.returncode != 0:  # a site's `module load X` with no module system, say
+            for rec in records:  # (record_failure ran the stand-in too): not the next payload's
+                rec.unlink()
             return
         assert records, proc.stderr
         seen = json.loads(records[0].read_text())

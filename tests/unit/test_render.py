@@ -20,6 +20,11 @@ SITES = {
                       "env: {NCCL_SOCKET_IFNAME: ib, NCCL_IB_HCA: mlx5}\n",
     "iface.yaml": "name: iface\nscheduler: slurm\nhead: {mode: interface, interface: ib0}\n"
                   "port: {fixed: 29555}\nsbatch_skip: [mem]\n",
+    # A site with a module system its batch shell must initialise, and options jobs may not set.
+    "lmod.yaml": "name: lmod\nscheduler: slurm\nmodule_init: /usr/share/lmod/lmod/init/bash\n"
+                 "modules: [cuda/12.4, 'nccl/2.21 (gpu)']\n"
+                 "setup: ['# the venv', 'source ~/venvs/rl/bin/activate', 'conda activate rl']\n"
+                 "sbatch_extra: ['--reservation=rl', --hold]\nsbatch_forbid: [mail-user]\n",
 }
 
 # id -> (site, extra job values): a matrix over launch shapes, site styles, every library, the
@@ -55,6 +60,19 @@ MATRIX = {
     "cluster-sweep": ("localcluster", {"sweep": {"grid": {"env.LR": ["0.1", "0.01"]},
                                                  "seeds": [1, 2], "parallel": 3}}),
     "local-sweep": ("local", {"sweep": {"seeds": [1, 2, 3], "parallel": 2}}),
+    # Modules and setup lines under `set +u` (parts/environment.sh.j2); the job's own scheduler
+    # options after the site's (the job's reservation replaces the site's); memory per CPU.
+    "lmod-2x2-options": ("lmod.yaml", {
+        "resources": {"nodes": 2, "gpus_per_node": 2, "mem_per_cpu": "2G"},
+        "setup": ["export WANDB_MODE=offline", "module load extra || true"],
+        "sbatch": {"reservation": "mine", "mail-type": ["END", "FAIL"], "exclude": "node[3-4]",
+                   "comment": "two words #1", "begin": "now+10minutes", "hold": False}}),
+    # A run that waits for another one (chains.py): --dependency and kill-on-invalid-dep; a
+    # sweep that waits holds the whole array.
+    "cluster-2x1-after": ("localcluster", {"resources": {"nodes": 2},
+                                           "after": ["RECORDED", "afterany:4243"]}),
+    "cluster-sweep-after": ("localcluster", {"after": "RECORDED",
+                                             "sweep": {"seeds": [1, 2], "parallel": 2}}),
 }
 # Every RL library: Isaac Lab's train.py and an own script, one and several nodes, local and Slurm.
 _ISAAC = {"script": None, "args": [], "task": "Isaac-Cartpole-v0", "isaaclab": "/opt/Isaac Lab"}
@@ -92,6 +110,16 @@ def job_for(site, extra):
     data = dict(BASE, runs_dir="/runs")
     for k, v in extra.items():
         data[k] = v
+    if "after" in data:  # runs to wait for: recorded in this test's own index
+        import os
+        from tests.operate_helpers import recorded_run
+        runs = Path(os.environ["HPCTRAIN_HOME"]) / "recorded"
+        if not runs.exists():
+            recorded_run(runs, "4242", run_id="20260101-000000-rec1")
+            recorded_run(runs, "4243", run_id="20260101-000000-rec2", name="prep")
+        after = data["after"]
+        data["after"] = ([a.replace("RECORDED", "20260101-000000-rec1") for a in after]
+                         if isinstance(after, list) else after.replace("RECORDED", "20260101-000000-rec1"))
     return load_job(data, site=site)
 
 
