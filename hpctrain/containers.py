@@ -218,6 +218,13 @@ def plan(spec: JobSpec, site: SiteProfile, run_dir: str, workdir: str, gpus: boo
     for mount in c.mounts:
         src, dst, opts = parse_mount(mount)
         binds.append(f"{src}:{dst}" + (f":{opts}" if opts else ""))
+    # One bind per container path (Podman refuses a duplicate): the job's own mount wins.
+    by_dest: dict[str, str] = {}
+    for b in binds:
+        dest = b.split(":")[1]
+        by_dest.pop(dest, None)
+        by_dest[dest] = b
+    binds = list(by_dest.values())
     image = c.image
     stage = None
     if sc.stage_dir and runtime not in SUPERVISED and _host_path_ok(image):
