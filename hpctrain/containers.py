@@ -157,10 +157,6 @@ def check(spec: JobSpec, site: SiteProfile, scheduler, where, isaac: bool) -> li
         if name in spec.secrets:
             raise HpctrainError(f"'{name}' is both a secret and a value in container.env",
                                 where(at + ("env", name)), f"remove {name} from container.env")
-    for runtime, command in site.containers.commands.items():
-        if not shlex.split(command or ""):
-            raise HpctrainError(f"containers.commands.{runtime} is empty",
-                                where.site(("containers", "commands", runtime)), f"e.g. {runtime}")
     if _isaac_caches(spec, isaac) and c.runtime == "pyxis" and "," in site.containers.cache_dir:
         raise HpctrainError("containers.cache_dir holds a ',', which pyxis' --container-mounts "
                             "cannot carry", where.site(("containers", "cache_dir")),
@@ -182,13 +178,16 @@ def check_site(site: SiteProfile, where) -> None:
         if value is not None and not _host_path_ok(value):
             raise HpctrainError(f"containers.{key} '{value}' is not an absolute path (or $VAR/…)",
                                 where(("containers", key)), "e.g. $TMPDIR/hpctrain or /local/scratch")
-    try:
-        words = shlex.split(sc.host_python)
-    except ValueError:
-        words = []
-    if not words:
-        raise HpctrainError(f"containers.host_python {sc.host_python!r} is not a command",
-                            where(("containers", "host_python")), "e.g. host_python: python3")
+    commands = [(("containers", "host_python"), sc.host_python, "python3")]
+    commands += [(("containers", "commands", r), c, r) for r, c in sc.commands.items()]
+    for path, command, example in commands:
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = []
+        if not words:
+            raise HpctrainError(f"{'.'.join(path)} {command!r} is not a command", where(path),
+                                f"e.g. {path[-1]}: {example}")
 
 
 def _isaac_caches(spec: JobSpec, isaac: bool) -> bool:

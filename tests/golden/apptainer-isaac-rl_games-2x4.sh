@@ -127,7 +127,7 @@ log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | p
 # This shell stays on the host; on every node the launch runs in $TMPDIR/images/isaac-lab.sif:
 # the run and working directories are bound at the same paths.
 # On every node: the persistent cache directories, and the image copied to node-local storage.
-# shellcheck disable=SC2016
+# shellcheck disable=SC2016,SC2154  # $NAME in container paths comes from the node's environment
 PREPARE_OUT=$(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=1 bash -c 'set -eu
 if [[ -n "$1" ]]; then
   mkdir -p "$2"
@@ -142,7 +142,7 @@ for d in "$@"; do mkdir -p "$d"; done' hpctrain-prepare /scratch/images/isaac-la
 # --cleanenv: the ranks get only the variables named here, each exported per task from the
 # task's own environment as APPTAINERENV_NAME (a secret's value never appears in this
 # file nor in an argument list that other users of the node could read).
-# shellcheck disable=SC2016
+# shellcheck disable=SC2016,SC2154
 CONTAINER=(bash -c 'for v in NCCL_SOCKET_IFNAME HPCTRAIN_RUN_DIR HPCTRAIN_JOB_NAME HPCTRAIN_SITE HPCTRAIN_LIBRARY HPCTRAIN_JOB_ID HPCTRAIN_PORT HPCTRAIN_SPARE_PORT HPCTRAIN_HEAD HPCTRAIN_NODES SLURM_JOB_ID SLURM_STEP_ID SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS SLURM_NTASKS_PER_NODE SLURM_CPUS_PER_TASK SLURMD_NODENAME SLURM_JOB_NODELIST SLURM_RESTART_COUNT SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID CUDA_VISIBLE_DEVICES NVIDIA_VISIBLE_DEVICES; do [[ -z "${!v+x}" ]] || export "APPTAINERENV_$v=${!v}"; done; exec "$@"' hpctrain-container
   apptainer exec --cleanenv --nv --bind /runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID --bind /work/job:/work/job --bind /scratch/"${USER}"/isaac-sim/cache/kit:/isaac-sim/kit/cache:rw --bind /scratch/"${USER}"/isaac-sim/cache/ov:/root/.cache/ov:rw --bind /scratch/"${USER}"/isaac-sim/cache/pip:/root/.cache/pip:rw --bind /scratch/"${USER}"/isaac-sim/cache/glcache:/root/.cache/nvidia/GLCache:rw --bind /scratch/"${USER}"/isaac-sim/cache/computecache:/root/.nv/ComputeCache:rw --bind /scratch/"${USER}"/isaac-sim/logs:/root/.nvidia-omniverse/logs:rw --bind /scratch/"${USER}"/isaac-sim/data:/root/.local/share/ov/data:rw --bind /scratch/"${USER}"/isaac-sim/documents:/root/Documents:rw --pwd /work/job --writable-tmpfs "${TMPDIR}"/images/isaac-lab.sif)
 

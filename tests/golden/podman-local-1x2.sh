@@ -48,6 +48,7 @@ export HPCTRAIN_HEAD=localhost
 # the run and working directories are bound at the same paths.
 # Through hpctrain's supervisor (rank/container.py): it forwards the step's signals to every
 # process of the container and leaves no container behind. Variables pass by name (--env NAME).
+# shellcheck disable=SC2154
 CONTAINER=(python3 /runs/ddp-check/RUN_ID/rank container podman -- --network=host --init --env HPCTRAIN_RUN_DIR --env HPCTRAIN_JOB_NAME --env HPCTRAIN_SITE --env HPCTRAIN_LIBRARY --env HPCTRAIN_JOB_ID --env HPCTRAIN_PORT --env HPCTRAIN_SPARE_PORT --env HPCTRAIN_HEAD --env HPCTRAIN_NODES --env SLURM_JOB_ID --env SLURM_STEP_ID --env SLURM_PROCID --env SLURM_LOCALID --env SLURM_NODEID --env SLURM_NTASKS --env SLURM_NTASKS_PER_NODE --env SLURM_CPUS_PER_TASK --env SLURMD_NODENAME --env SLURM_JOB_NODELIST --env SLURM_RESTART_COUNT --env SLURM_ARRAY_JOB_ID --env SLURM_ARRAY_TASK_ID --env CUDA_VISIBLE_DEVICES --env NVIDIA_VISIBLE_DEVICES -v /runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID -v /work/job:/work/job --workdir /work/job localhost/hpctrain-test:latest)
 
 

@@ -128,7 +128,7 @@ log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | p
 # This shell stays on the host; on every node the launch runs in $TMPDIR/images/train.sqsh:
 # the run and working directories are bound at the same paths.
 # On every node: the image copied to node-local storage.
-# shellcheck disable=SC2016
+# shellcheck disable=SC2016,SC2154  # $NAME in container paths comes from the node's environment
 PREPARE_OUT=$(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=1 bash -c 'set -eu
 if [[ -n "$1" ]]; then
   mkdir -p "$2"
@@ -141,6 +141,7 @@ for d in "$@"; do mkdir -p "$d"; done' hpctrain-prepare /scratch/images/train.sq
   die "preparing the container on the nodes failed: $PREPARE_OUT"
 }
 # pyxis: the launch step itself runs in the container.
+# shellcheck disable=SC2154
 CONTAINER_STEP=(--container-image="${TMPDIR}"/images/train.sqsh '--container-mounts=/runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID,/work/job:/work/job,/data:/data:ro' --container-workdir=/work/job '--container-env=NCCL_SOCKET_IFNAME,HPCTRAIN_RUN_DIR,HPCTRAIN_JOB_NAME,HPCTRAIN_SITE,HPCTRAIN_LIBRARY,WANDB_API_KEY' --container-remap-root)
 
 # --- launch ---------------------------------------------------------------------------------

@@ -127,7 +127,7 @@ log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | p
 # This shell stays on the host; on every node the launch runs in nvcr.io#nvidia/isaac-lab:2.1.0:
 # the run and working directories are bound at the same paths.
 # On every node: the persistent cache directories.
-# shellcheck disable=SC2016
+# shellcheck disable=SC2016,SC2154  # $NAME in container paths comes from the node's environment
 PREPARE_OUT=$(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=1 bash -c 'set -eu
 if [[ -n "$1" ]]; then
   mkdir -p "$2"
@@ -140,6 +140,7 @@ for d in "$@"; do mkdir -p "$d"; done' hpctrain-prepare '' '' /scratch/"${USER}"
   die "preparing the container on the nodes failed: $PREPARE_OUT"
 }
 # pyxis: the launch step itself runs in the container.
+# shellcheck disable=SC2154
 CONTAINER_STEP=('--container-image=nvcr.io#nvidia/isaac-lab:2.1.0' '--container-mounts=/runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID,/work/job:/work/job,/scratch/'"${USER}"'/isaac-sim/cache/kit:/isaac-sim/kit/cache:rw,/scratch/'"${USER}"'/isaac-sim/cache/ov:/root/.cache/ov:rw,/scratch/'"${USER}"'/isaac-sim/cache/pip:/root/.cache/pip:rw,/scratch/'"${USER}"'/isaac-sim/cache/glcache:/root/.cache/nvidia/GLCache:rw,/scratch/'"${USER}"'/isaac-sim/cache/computecache:/root/.nv/ComputeCache:rw,/scratch/'"${USER}"'/isaac-sim/logs:/root/.nvidia-omniverse/logs:rw,/scratch/'"${USER}"'/isaac-sim/data:/root/.local/share/ov/data:rw,/scratch/'"${USER}"/isaac-sim/documents:/root/Documents:rw --container-workdir=/work/job '--container-env=NCCL_SOCKET_IFNAME,HPCTRAIN_RUN_DIR,HPCTRAIN_JOB_NAME,HPCTRAIN_SITE,HPCTRAIN_LIBRARY')
 
 # --- launch ---------------------------------------------------------------------------------

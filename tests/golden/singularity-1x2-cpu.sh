@@ -117,7 +117,7 @@ export HPCTRAIN_HEAD=localhost
 # --cleanenv: the ranks get only the variables named here, each exported per task from the
 # task's own environment as SINGULARITYENV_NAME (a secret's value never appears in this
 # file nor in an argument list that other users of the node could read).
-# shellcheck disable=SC2016
+# shellcheck disable=SC2016,SC2154
 CONTAINER=(bash -c 'for v in NCCL_SOCKET_IFNAME HPCTRAIN_RUN_DIR HPCTRAIN_JOB_NAME HPCTRAIN_SITE HPCTRAIN_LIBRARY HPCTRAIN_JOB_ID HPCTRAIN_PORT HPCTRAIN_SPARE_PORT HPCTRAIN_HEAD HPCTRAIN_NODES SLURM_JOB_ID SLURM_STEP_ID SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS SLURM_NTASKS_PER_NODE SLURM_CPUS_PER_TASK SLURMD_NODENAME SLURM_JOB_NODELIST SLURM_RESTART_COUNT SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID CUDA_VISIBLE_DEVICES NVIDIA_VISIBLE_DEVICES; do [[ -z "${!v+x}" ]] || export "SINGULARITYENV_$v=${!v}"; done; exec "$@"' hpctrain-container
   singularity exec --cleanenv --bind /runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID --bind /work/job:/work/job --pwd /opt/work docker://python:3.11)
 
