@@ -2,8 +2,9 @@
 #SBATCH --job-name=ddp-check
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
-#SBATCH --cpus-per-task=4
+#SBATCH --cpus-per-task=32
 #SBATCH --gpus-per-node=4
+#SBATCH --mem-per-cpu=4048M
 #SBATCH --time=01:00:00
 #SBATCH --output=/runs/ddp-check/RUN_ID/logs/slurm-%j.out
 #SBATCH --open-mode=append
@@ -151,7 +152,7 @@ CONTAINER=(bash -c 'for v in NCCL_SOCKET_IFNAME HPCTRAIN_RUN_DIR HPCTRAIN_JOB_NA
 # unsaved: start it with the signal ignored. The ranks inherit that; the program installs its own handler.
 # shellcheck disable=SC2016
 AGENT=(bash -c 'trap "" USR2; exec "$@"' hpctrain-agent)
-LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=4 --gpus-per-node=4 --kill-on-bad-exit=1
+LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=32 --gpus-per-node=4 --kill-on-bad-exit=1
   "${CONTAINER[@]}" "${AGENT[@]}" /workspace/isaaclab/isaaclab.sh -p -m torch.distributed.run --nnodes="$NNODES" --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$HPCTRAIN_JOB_ID" --rdzv-conf="join_timeout=600,last_call_timeout=30,close_timeout=60" --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 

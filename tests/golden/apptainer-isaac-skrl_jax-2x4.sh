@@ -2,8 +2,9 @@
 #SBATCH --job-name=ddp-check
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
-#SBATCH --cpus-per-task=4
+#SBATCH --cpus-per-task=32
 #SBATCH --gpus-per-node=4
+#SBATCH --mem-per-cpu=4048M
 #SBATCH --time=01:00:00
 #SBATCH --output=/runs/ddp-check/RUN_ID/logs/slurm-%j.out
 #SBATCH --open-mode=append
@@ -149,7 +150,7 @@ CONTAINER=(bash -c 'for v in NCCL_SOCKET_IFNAME HPCTRAIN_RUN_DIR HPCTRAIN_JOB_NA
 # --- launch ---------------------------------------------------------------------------------
 # One Slurm task per rank, block-distributed: rank 0 runs on the first node (the coordinator);
 # every task sees all of its node's GPUs. srun fails the step if any rank fails.
-LAUNCH=(srun --nodes="$NNODES" --ntasks="$(( NNODES * 4 ))" --ntasks-per-node=4 --distribution=block --cpus-per-task=1 --gpus-per-node=4 --kill-on-bad-exit=1
+LAUNCH=(srun --nodes="$NNODES" --ntasks="$(( NNODES * 4 ))" --ntasks-per-node=4 --distribution=block --cpus-per-task=8 --gpus-per-node=4 --kill-on-bad-exit=1
   "${CONTAINER[@]}" /workspace/isaaclab/isaaclab.sh -p "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
 # --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------

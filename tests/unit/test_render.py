@@ -20,19 +20,16 @@ SITES = {
                       "env: {NCCL_SOCKET_IFNAME: ib, NCCL_IB_HCA: mlx5}\n",
     "iface.yaml": "name: iface\nscheduler: slurm\nhead: {mode: interface, interface: ib0}\n"
                   "port: {fixed: 29555}\nsbatch_skip: [mem]\n",
-<<<<<<< HEAD
     # A site with a module system its batch shell must initialise, and options jobs may not set.
     "lmod.yaml": "name: lmod\nscheduler: slurm\nmodule_init: /usr/share/lmod/lmod/init/bash\n"
                  "modules: [cuda/12.4, 'nccl/2.21 (gpu)']\n"
                  "setup: ['# the venv', 'source ~/venvs/rl/bin/activate', 'conda activate rl']\n"
                  "sbatch_extra: ['--reservation=rl', --hold]\nsbatch_forbid: [mail-user]\n",
-=======
     # A GPU cluster with every container runtime, image staging and a scratch cache.
     "containers.yaml": "name: containers\nscheduler: slurm\nenv: {NCCL_SOCKET_IFNAME: ib}\n"
                        "containers: {runtimes: [apptainer, singularity, pyxis, podman, docker], "
                        "stage_dir: $TMPDIR/images, cache_dir: '/scratch/${USER}/isaac-sim', "
                        "options: {apptainer: [--writable-tmpfs]}}\n",
->>>>>>> c714a28 (container: section (job + site default) for apptainer/singularity, pyxis, podman/docker)
 }
 
 # id -> (site, extra job values): a matrix over launch shapes, site styles, every library, the
