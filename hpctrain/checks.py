@@ -88,6 +88,8 @@ def check_site(site: SiteProfile, doc: Located) -> None:
         raise HpctrainError(f"the port rule reaches port {top}: ports stop at 65535",
                             doc.where(("port",)), f"lower port.base or port.span (base + span "
                             "must stay within 65535)")
+    from . import containers
+    containers.check_site(site, doc.where)
     if site.gpu_type is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", site.gpu_type):
         raise HpctrainError(f"gpu_type {site.gpu_type!r} is not a GPU type name",
                             doc.where(("gpu_type",)), "letters, digits, '_', '.', '-': e.g. a100")
@@ -149,8 +151,16 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
     elif any(v is not None and v is not False for v in spec.sbatch.values()):
         warnings.append(f"{where(('sbatch',))}: site '{site.name}' has no scheduler: its "
                         "'sbatch' options are left out")
-    warnings += adapter(spec.library).check(spec, site, where)
+    lib = adapter(spec.library)
+    warnings += lib.check(spec, site, where)
+    from . import containers
+    warnings += containers.check(spec, site, scheduler, where, runs_isaaclab(lib, spec))
     return list(dict.fromkeys(warnings))
+
+
+def runs_isaaclab(lib, spec: JobSpec) -> bool:
+    """The job runs Isaac Lab's own train.py (Isaac Sim inside)."""
+    return bool(getattr(lib, "isaaclab_mode", None)) and lib.isaaclab_mode(spec)
 
 
 # ----------------------------------------------------------------------------- resources

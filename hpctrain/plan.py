@@ -11,8 +11,8 @@ import sys
 
 import msgspec
 
-from . import __version__, chains, survive
-from .checks import procs_per_node
+from . import __version__, chains, containers, survive
+from .checks import procs_per_node, runs_isaaclab
 from .libraries import adapter
 from .loading import Job
 from .sbatch_options import option_values
@@ -56,6 +56,11 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     bootstrap: dict  # bootstrap.json (rank/records.RankConfig); read by every rank
     preemption: dict | None = None  # survive.preemption(): signal, lead_time, grace, requeue…
     preflight_timeout: int = 60
+    # containers.plan(): the container each node's launch runs in; None: none.
+    container: dict | None = None
+    # The interpreter for hpctrain's own stdlib-only helpers on the host (the failure record,
+    # the node preflight): the job's python, or the site's host_python with a container.
+    host_python: list[str] = []
     version: str = __version__
     warnings: tuple[str, ...] = ()
 
@@ -126,6 +131,7 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         gpus = None
     env = {k: env_text(v) for k, v in site.env.items()}
     env.update({k: env_text(v) for k, v in spec.env.items()})
+    env.update(containers.container_env(spec))
     env.update(lib.env(spec))
     env.update(survive.restart_env(job))
     env.update({
@@ -140,6 +146,9 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
     rdzv_conf = ",".join(f"{k}={v}" for k, v in t.items())
     preflight = spec.launcher.preflight if spec.launcher.preflight is not None else spec.resources.nodes > 1
     program = lib.program(spec)
+    container = containers.plan(spec, site, run_dir, job.workdir, gpus is not None,
+                                [*env, *spec.secrets], runs_isaaclab(lib, spec))
+    host_python = shlex.split(site.containers.host_python) if container else python
     # bootstrap.json: the fields of rank/records.RankConfig, every one given here.
     bootstrap = dict(
         program=program,
@@ -177,4 +186,5 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         monitor_interval=spec.launcher.monitor_interval, preflight=preflight,
         bootstrap=bootstrap, warnings=job.warnings, preemption=preempt,
         preflight_timeout=survive.preflight_timeout(job),
+        container=container, host_python=host_python,
     )

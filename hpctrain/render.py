@@ -38,6 +38,35 @@ def _qcmd(values) -> str:
                     for v in values)
 
 
+_REF = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _cword(value) -> str:
+    """One word of a container command (hpctrain/containers.py): `$NAME` and `${NAME}` expand on
+    the node, `$$` is a '$', everything else is quoted."""
+    text, out, pos = str(value), [], 0
+    for m in _REF.finditer(text):
+        literal = text[pos:m.start()] + ("$" if m.group() == "$$" else "")
+        if literal:
+            out.append(_quote_commas(literal))
+        if m.group() != "$$":
+            out.append(f'"${{{m.group(1) or m.group(2)}}}"')
+        pos = m.end()
+    if pos < len(text) or not out:
+        out.append(_quote_commas(text[pos:]))
+    return "".join(out)
+
+
+def _quote_commas(text: str) -> str:
+    # shlex leaves a ',' bare; in an array that reads like a mistaken separator (SC2054).
+    quoted = shlex.quote(text)
+    return f"'{text}'" if quoted == text and "," in text else quoted
+
+
+def _cwords(values) -> str:
+    return " ".join(_cword(v) for v in values)
+
+
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -76,6 +105,7 @@ def environment() -> jinja2.Environment:
         _env.filters["qjoin"] = _qjoin
         _env.filters["qcmd"] = _qcmd
         _env.filters["comment"] = _comment
+        _env.filters["cwords"] = _cwords
     return _env
 
 

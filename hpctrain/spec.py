@@ -77,6 +77,29 @@ class Preemption(_Strict):
 # A per-job scheduler option's value: text, a number, true for a flag (false/null: left out), or
 # a list joined with commas (mail-type: [END, FAIL]). checks.py holds it to what a directive can carry.
 OptionValue = Union[str, int, bool, list[Union[str, int]], None]
+Runtime = Literal["apptainer", "singularity", "pyxis", "podman", "docker"]
+
+
+class Container(_Strict):
+    """Each node's launch runs in this container (hpctrain/containers.py); the batch shell stays
+    on the host. In image, mounts and workdir, $NAME / ${NAME} expand on the node ($$: a '$')."""
+    runtime: Runtime
+    image: str  # a .sif/.sqsh file, docker://…, or an image name the runtime knows
+    mounts: list[str] = []  # "HOST[:CONTAINER[:ro|rw]]"; the run and working directories always
+    workdir: str | None = None  # in the container; None: the job's working directory (bound)
+    env: dict[EnvName, EnvValue] = {}  # more environment for the ranks (e.g. ACCEPT_EULA: Y)
+    options: list[str] = []  # extra options for the runtime's exec/run (or pyxis' srun step)
+    isaac_sim_caches: bool | None = None  # None: on when the job runs Isaac Lab's train.py
+
+
+class SiteContainers(_Strict):
+    """What the site's nodes offer for containers (a job's `container:` is checked against it)."""
+    runtimes: list[Runtime] | None = None  # installed on the nodes; None: not declared
+    commands: dict[Runtime, str] = {}  # how to call a runtime, e.g. podman: "podman --runtime runc"
+    options: dict[Runtime, list[str]] = {}  # options the site adds to every container
+    host_python: str = "python3"  # runs hpctrain's stdlib-only helpers on the host (preflight…)
+    cache_dir: str = "$HOME/.cache/hpctrain/isaac-sim"  # Isaac Sim's caches persist here
+    stage_dir: str | None = None  # node-local directory to copy an image file to first
 
 
 class Sweep(_Strict):
@@ -107,6 +130,7 @@ class JobSpec(_Strict):
     preemption: Preemption = field(default_factory=Preemption)
     sweep: Sweep | None = None
     setup: list[str] = []  # shell lines run before the launch on the batch host
+    container: Container | None = None  # run each node's launch in a container
     runs_dir: str | None = None  # None: $HPCTRAIN_RUNS_DIR, else ./runs
     # Scheduler options of this job that hpctrain does not own (sbatch_options.py): reservation,
     # mail-type, exclude, nodelist, begin, ... -> the directive table, after the site's extras.
@@ -160,6 +184,7 @@ class SiteProfile(_Strict):
     port: PortRule = field(default_factory=PortRule)
     cpu_mode: Literal["auto", "on", "off"] = "auto"
     array_parallelism: Count | None = None
+    containers: SiteContainers = field(default_factory=SiteContainers)
     defaults: dict[str, Any] = {}  # job-file keys that every job on this site starts from
 
 

@@ -79,6 +79,8 @@ class Backend(abc.ABC):
     max_nodes: ClassVar[int | None] = None  # None: as many as the site allows
     preemption: ClassVar[bool] = False  # signals ahead of the time limit, and requeue
     writes_directives: ClassVar[bool] = False  # the script's header holds scheduler directives
+    # Container runtimes (containers.RUNTIMES) this backend's scripts can start the ranks in.
+    container_runtimes: ClassVar[tuple[str, ...]] = ()
     dependencies: ClassVar[bool] = False  # holds a job until other jobs ended (chains.py)
     # Shell text, in the batch script, naming the allocation's first node (doctor.py); None: the
     # scheduler runs one node only.

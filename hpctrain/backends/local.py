@@ -50,6 +50,7 @@ class LocalBackend(Backend):
     name = "local"
     script_name = "job.sh"
     max_nodes = 1
+    container_runtimes = ("apptainer", "singularity", "podman", "docker")  # pyxis needs srun
 
     def submit_command(self, script: Path) -> list[str]:
         return ["bash", str(script)]

@@ -47,6 +47,7 @@ class SlurmBackend(Backend):
     script_name = "job.sbatch"
     preemption = True
     writes_directives = True
+    container_runtimes = ("apptainer", "singularity", "pyxis", "podman", "docker")
     dependencies = True
     first_node = '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
 

@@ -4,6 +4,7 @@
     preflight TIMEOUT                      the node barrier, one task per node
     summarize RUN_DIR REASON STATUS [MSG]  write status/failure.json (the batch shell, on failure)
     probe facts|reach|gate ...             what a node says about itself (probe.py: site detect, doctor)
+    container RUNTIME... -- RUN-ARGS...    one task's Podman/Docker container, signals forwarded
 
 Python runs this file with the folder as sys.path[0]. The folder is loaded as a package under a
 private name instead, so that its modules cannot shadow the program's (a user's `records.py`) or
@@ -13,7 +14,7 @@ import os
 import sys
 
 if __package__:  # python -m hpctrain.rank: the installed package
-    from . import bootstrap, preflight, probe
+    from . import bootstrap, container, preflight, probe
 else:
     import importlib.util
 
@@ -25,9 +26,10 @@ else:
     _package = importlib.util.module_from_spec(_spec)
     sys.modules["_hpctrain_rank"] = _package
     _spec.loader.exec_module(_package)
-    from _hpctrain_rank import bootstrap, preflight, probe  # noqa: E402
+    from _hpctrain_rank import bootstrap, container, preflight, probe  # noqa: E402
 
-USAGE = "usage: rank run CONFIG.json | preflight TIMEOUT | summarize RUN_DIR REASON STATUS [MESSAGE] | probe ..."
+USAGE = ("usage: rank run CONFIG.json | preflight TIMEOUT | summarize RUN_DIR REASON STATUS "
+         "[MESSAGE] | probe ... | container RUNTIME... -- RUN-ARGS...")
 
 
 def main(args: list[str]) -> int:
@@ -36,6 +38,8 @@ def main(args: list[str]) -> int:
         return bootstrap.main(rest[0])
     if command == "preflight" and len(rest) == 1:
         return preflight.nodes(float(rest[0]))
+    if command == "container":
+        return container.main(rest)
     if command == "summarize" and len(rest) >= 3 and rest[2].lstrip("-").isdigit():
         return bootstrap.summarize(rest[0], rest[1], int(rest[2]), " ".join(rest[3:]))
     if command == "probe":

@@ -66,6 +66,15 @@ JOB_FIELDS = {
     "sbatch.list": lambda v: {"sbatch": {"mail-type": ["END", v]}},
     "sbatch.key": lambda v: {"sbatch": {v: "1"}},
     "after": lambda v: {"after": v},
+    # Containers: Apptainer's exec words, pyxis' step options, the Podman supervisor's words.
+    "container.image": lambda v: {"container": {"runtime": "apptainer", "image": v}},
+    "container.mounts": lambda v: {"container": {"runtime": "apptainer", "image": "/i", "mounts": [v]}},
+    "container.workdir": lambda v: {"container": {"runtime": "pyxis", "image": "i", "workdir": v}},
+    "container.options": lambda v: {"container": {"runtime": "podman", "image": "i", "options": [v]}},
+    "container.pyxis_image": lambda v: {"container": {"runtime": "pyxis", "image": v}},
+    "container.env.value": lambda v: {"container": {"runtime": "apptainer", "image": "i",
+                                                    "env": {"HOSTILE_C": v}}},
+    "container.env.key": lambda v: {"container": {"runtime": "apptainer", "image": "i", "env": {v: "1"}}},
 }
 
 # Where a payload goes in a site profile (YAML text; the payload is a JSON string, valid YAML).
@@ -87,6 +96,16 @@ SITE_FIELDS = {
     "sbatch_forbid": "name: hs\nsbatch_forbid: [{v}]\n",
     "limits.mem_per_node": "name: hs\nlimits: {{mem_per_node: {v}}}\n",
     "defaults.sbatch": "name: hs\ndefaults: {{sbatch: {{comment: {v}}}}}\n",
+    "containers.cache_dir": "name: hs\ncontainers: {{cache_dir: {v}}}\ndefaults: {{container: "
+                            "{{runtime: apptainer, image: /i.sif, isaac_sim_caches: true}}}}\n",
+    "containers.stage_dir": "name: hs\ncontainers: {{stage_dir: {v}}}\ndefaults: {{container: "
+                            "{{runtime: apptainer, image: /i.sif}}}}\n",
+    "containers.commands": "name: hs\ncontainers: {{commands: {{apptainer: {v}}}}}\ndefaults: "
+                           "{{container: {{runtime: apptainer, image: /i.sif}}}}\n",
+    "containers.host_python": "name: hs\ncontainers: {{host_python: {v}}}\ndefaults: {{container: "
+                              "{{runtime: apptainer, image: /i.sif}}}}\n",
+    "containers.options": "name: hs\ncontainers: {{options: {{apptainer: [{v}]}}}}\ndefaults: "
+                          "{{container: {{runtime: apptainer, image: /i.sif}}}}\n",
 }
 SCHEDULERS = ("local", "slurm")
 

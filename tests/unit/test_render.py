@@ -25,6 +25,11 @@ SITES = {
                  "modules: [cuda/12.4, 'nccl/2.21 (gpu)']\n"
                  "setup: ['# the venv', 'source ~/venvs/rl/bin/activate', 'conda activate rl']\n"
                  "sbatch_extra: ['--reservation=rl', --hold]\nsbatch_forbid: [mail-user]\n",
+    # A GPU cluster with every container runtime, image staging and a scratch cache.
+    "containers.yaml": "name: containers\nscheduler: slurm\nenv: {NCCL_SOCKET_IFNAME: ib}\n"
+                       "containers: {runtimes: [apptainer, singularity, pyxis, podman, docker], "
+                       "stage_dir: $TMPDIR/images, cache_dir: '/scratch/${USER}/isaac-sim', "
+                       "options: {apptainer: [--writable-tmpfs]}}\n",
 }
 
 # id -> (site, extra job values): a matrix over launch shapes, site styles, every library, the
@@ -94,6 +99,41 @@ MATRIX.update({
                                                "config": "cfg.py",
                                                "resources": {"nodes": 2, "procs_per_node": 2}}),
 })
+# Containers (hpctrain/containers.py): every runtime, GPU and CPU nodes, Isaac Lab's image layout.
+_IMAGE_ISAAC = {"script": None, "args": [], "task": "Isaac-Cartpole-v0",
+                "isaaclab": "/workspace/isaaclab", "python": "/workspace/isaaclab/isaaclab.sh -p"}
+MATRIX.update({
+    "apptainer-2x4-gpus-secrets": ("containers.yaml", {
+        "resources": {"nodes": 2, "gpus_per_node": 4}, "secrets": ["WANDB_API_KEY"],
+        "env": {"WANDB_PROJECT": "it's quoted"},
+        "container": {"runtime": "apptainer", "image": "/scratch/images/train.sif",
+                      "mounts": ["/data:/data:ro", "$HOME/.netrc"], "env": {"ACCEPT_EULA": "Y"}}}),
+    "singularity-1x2-cpu": ("containers.yaml", {
+        "resources": {"nodes": 1, "procs_per_node": 2},
+        "container": {"runtime": "singularity", "image": "docker://python:3.11",
+                      "workdir": "/opt/work"}}),
+    "pyxis-2x4-gpus": ("containers.yaml", {
+        "resources": {"nodes": 2, "gpus_per_node": 4}, "secrets": ["WANDB_API_KEY"],
+        "container": {"runtime": "pyxis", "image": "/scratch/images/train.sqsh",
+                      "mounts": ["/data:/data:ro"], "options": ["--container-remap-root"]}}),
+    "podman-cluster-2x2": ("localcluster", {
+        "resources": {"nodes": 2, "procs_per_node": 2},
+        "container": {"runtime": "podman", "image": "localhost/hpctrain-test:latest",
+                      "mounts": ["/usr:/usr:ro", "/etc:/etc:ro"]}}),
+    "docker-2x4-gpus": ("containers.yaml", {
+        "resources": {"nodes": 2, "gpus_per_node": 4},
+        "container": {"runtime": "docker", "image": "nvcr.io/nvidia/isaac-lab:2.1.0"}}),
+    "podman-local-1x2": ("local", {
+        "resources": {"procs_per_node": 2},
+        "container": {"runtime": "podman", "image": "localhost/hpctrain-test:latest"}}),
+    "pyxis-isaac-rsl_rl-2x4": ("containers.yaml", {
+        "library": "rsl_rl", "resources": {"nodes": 2, "gpus_per_node": 4}, **_IMAGE_ISAAC,
+        "container": {"runtime": "pyxis", "image": "nvcr.io#nvidia/isaac-lab:2.1.0"}}),
+})
+for _lib in ("rl_games", "rsl_rl", "skrl", "skrl_jax"):
+    MATRIX[f"apptainer-isaac-{_lib}-2x4"] = ("containers.yaml", {
+        "library": _lib, "resources": {"nodes": 2, "gpus_per_node": 4}, **_IMAGE_ISAAC,
+        "container": {"runtime": "apptainer", "image": "/scratch/images/isaac-lab.sif"}})
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 WORKDIR = "/work/job"  # the directory jobs are loaded in, as the golden files show it
 

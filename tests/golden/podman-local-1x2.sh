@@ -1,0 +1,68 @@
+#!/bin/bash
+#
+# ddp-check on site 'local': 1 node(s) x 2 rank(s), rendered by hpctrain 0.1.0.
+# Each rank runs: train.py --steps 10
+# This file is the whole job: rerun it by hand with  bash /runs/ddp-check/RUN_ID/job.sh
+set -euo pipefail
+
+RUN_DIR=/runs/ddp-check/RUN_ID
+log() { printf '[%s] hpctrain: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+mkdir -p "$RUN_DIR/logs" "$RUN_DIR/status"
+# status/failure.json: why the job ended without success, for `hpctrain status` (and you).
+record_failure() {  # REASON STATUS [MESSAGE]
+  local out line
+  out=$(python3 "$RUN_DIR/rank" summarize "$RUN_DIR" "$@" 2>&1) || out="could not write status/failure.json: $out"
+  while IFS= read -r line; do log "failure: $line"; done <<<"$out"
+}
+# The local backend learns which process the job is from status/pid (written first, so that a
+# submit killed before it recorded the pid leaves a job it can still find), and how it ended
+# from status/exit_code.
+echo $$ >"$RUN_DIR/status/pid"
+trap 'echo $? >"$RUN_DIR/status/exit_code"' EXIT
+
+# --- environment ----------------------------------------------------------------------------
+# The scheduler hands the submitting shell's environment to the job: a shell that ran torchrun,
+# a JAX job or an earlier hpctrain rank would give every rank here a stale identity. Start clean.
+unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_ADDR MASTER_PORT \
+  TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT JAX_RANK JAX_LOCAL_RANK JAX_WORLD_SIZE \
+  JAX_COORDINATOR_ADDR JAX_COORDINATOR_PORT HPCTRAIN_RANK HPCTRAIN_IS_MAIN HPCTRAIN_SEED \
+  HPCTRAIN_BASE_SEED HPCTRAIN_RESUME_FROM HPCTRAIN_JOB_ID
+cd /work/job
+export HPCTRAIN_RUN_DIR=/runs/ddp-check/RUN_ID
+export HPCTRAIN_JOB_NAME=ddp-check
+export HPCTRAIN_SITE=local
+export HPCTRAIN_LIBRARY=command
+
+# --- node (this machine) --------------------------------------------------------------------
+export HPCTRAIN_JOB_ID=$$
+
+# --- rendezvous -----------------------------------------------------------------------------
+# Derived from the job's id, the same on every node, above the kernel's ephemeral port range.
+PORT=$(( 61000 + 2 * (HPCTRAIN_JOB_ID % 2268) ))
+export HPCTRAIN_PORT=$PORT HPCTRAIN_SPARE_PORT=$(( PORT + 1 ))
+export HPCTRAIN_HEAD=localhost
+
+# --- container: podman (hpctrain/containers.py) ------------------------------------
+# This shell stays on the host; on every node the launch runs in localhost/hpctrain-test:latest:
+# the run and working directories are bound at the same paths.
+# Through hpctrain's supervisor (rank/container.py): it forwards the step's signals to every
+# process of the container and leaves no container behind. Variables pass by name (--env NAME).
+# shellcheck disable=SC2154
+CONTAINER=(python3 /runs/ddp-check/RUN_ID/rank container podman -- --network=host --init --env HPCTRAIN_RUN_DIR --env HPCTRAIN_JOB_NAME --env HPCTRAIN_SITE --env HPCTRAIN_LIBRARY --env HPCTRAIN_JOB_ID --env HPCTRAIN_PORT --env HPCTRAIN_SPARE_PORT --env HPCTRAIN_HEAD --env HPCTRAIN_NODES --env SLURM_JOB_ID --env SLURM_STEP_ID --env SLURM_PROCID --env SLURM_LOCALID --env SLURM_NODEID --env SLURM_NTASKS --env SLURM_NTASKS_PER_NODE --env SLURM_CPUS_PER_TASK --env SLURMD_NODENAME --env SLURM_JOB_NODELIST --env SLURM_RESTART_COUNT --env SLURM_ARRAY_JOB_ID --env SLURM_ARRAY_TASK_ID --env CUDA_VISIBLE_DEVICES --env NVIDIA_VISIBLE_DEVICES -v /runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID -v /work/job:/work/job --workdir /work/job localhost/hpctrain-test:latest)
+
+
+# --- launch ---------------------------------------------------------------------------------
+LAUNCH=("${CONTAINER[@]}" python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 --max-restarts=0
+  "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
+log "launch: ${LAUNCH[*]}"
+# In the background, so that signals reach this shell's traps while the ranks run.
+"${LAUNCH[@]}" &
+CHILD=$!
+STATUS=0
+wait "$CHILD" || STATUS=$?
+if (( STATUS != 0 )); then
+  record_failure ranks "$STATUS"
+  die "the ranks exited with status $STATUS; per-rank logs: $RUN_DIR/logs/rank-*.log"
+fi
+log "done: all ranks exited 0"

@@ -1,0 +1,192 @@
+#!/bin/bash
+#SBATCH --job-name=ddp-check
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=4
+#SBATCH --gpus-per-node=4
+#SBATCH --time=01:00:00
+#SBATCH --output=/runs/ddp-check/RUN_ID/logs/slurm-%j.out
+#SBATCH --open-mode=append
+#SBATCH --signal=B:USR2@120
+#SBATCH --requeue
+#
+# ddp-check on site 'containers': 2 node(s) x 4 rank(s), rendered by hpctrain 0.1.0.
+# Each rank runs: train.py --steps 10
+# This file is the whole job: resubmit it by hand with  sbatch /runs/ddp-check/RUN_ID/job.sbatch
+set -euo pipefail
+
+RUN_DIR=/runs/ddp-check/RUN_ID
+log() { printf '[%s] hpctrain: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+mkdir -p "$RUN_DIR/logs" "$RUN_DIR/status"
+# status/failure.json: why the job ended without success, for `hpctrain status` (and you).
+record_failure() {  # REASON STATUS [MESSAGE]
+  local out line
+  out=$(python3 "$RUN_DIR/rank" summarize "$RUN_DIR" "$@" 2>&1) || out="could not write status/failure.json: $out"
+  while IFS= read -r line; do log "failure: $line"; done <<<"$out"
+}
+
+# --- requeue (Slurm) --------------------------------------------------------------------------
+# After a preemption: requeue from this shell, on the host (the training process may run in a
+# container without scontrol). Capped by SLURM_RESTART_COUNT, which Slurm leaves unset on the
+# first run.
+requeue_or_end() {
+  local count=${SLURM_RESTART_COUNT:-0} ref=$SLURM_JOB_ID
+  if [[ -n "${SLURM_ARRAY_JOB_ID:-}" && -n "${SLURM_ARRAY_TASK_ID:-}" ]]; then
+    ref="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"  # this task, not the whole array
+  fi
+  if (( count >= 3 )); then
+    record_failure preempted 75 "preempted and not requeued: job $ref has been requeued $count time(s), the limit is preemption.max_requeues=3; resubmit the run to resume"
+    log "preemption: not requeueing: job $ref has been requeued $count time(s), the limit is preemption.max_requeues=3"
+    exit 75
+  fi
+  log "preemption: requeueing job $ref (requeue $(( count + 1 )) of at most 3); the next run resumes from the newest checkpoint"
+  local out
+  out=$(scontrol requeue "$ref" 2>&1) || { record_failure preempted 75 "scontrol requeue $ref failed: $out"; die "preemption: scontrol requeue $ref failed: $out"; }
+  # Slurm now ends this run (SIGTERM, then SIGKILL) and queues the job again.
+  sleep 300 &
+  wait $! || true
+  exit 0
+}
+
+# --- preemption (hpctrain/survive.py) ---------------------------------------------------------
+# The scheduler sends SIGUSR2 to this shell 120 s (up to 60 s more) before the time limit,
+# or when the job is preempted. It is forwarded to the ranks; they get 90 s to save, then
+# requeue_or_end (above) decides.
+PREEMPTED=0
+PREEMPTED_AT=0
+on_preempt() {
+  if (( PREEMPTED )); then
+    log "preemption: SIGUSR2 again; already handling it"
+    return
+  fi
+  PREEMPTED=1
+  PREEMPTED_AT=$SECONDS
+  if [[ -n "${CHILD:-}" ]] && kill -0 "$CHILD" 2>/dev/null; then
+    log "preemption: SIGUSR2 received; forwarded to the ranks, they have 90 s to save"
+    kill -s USR2 "$CHILD" 2>/dev/null || log "preemption: could not forward SIGUSR2 (the launch just ended?)"
+  else
+    log "preemption: SIGUSR2 received before the ranks started"
+  fi
+}
+trap on_preempt USR2
+
+# After the forwarded signal: give the ranks the grace period to save and exit.
+wait_for_grace() {
+  local deadline=$(( PREEMPTED_AT + 90 ))
+  while kill -0 "$CHILD" 2>/dev/null && (( SECONDS < deadline )); do
+    sleep 1
+  done
+  if kill -0 "$CHILD" 2>/dev/null; then
+    log "preemption: the ranks still run after the grace period (90 s, preemption.grace)"
+    return 1
+  fi
+  STATUS=0
+  wait "$CHILD" || STATUS=$?
+  log "preemption: the ranks exited (status $STATUS) $(( SECONDS - PREEMPTED_AT )) s after the signal"
+}
+
+# --- environment ----------------------------------------------------------------------------
+# The scheduler hands the submitting shell's environment to the job: a shell that ran torchrun,
+# a JAX job or an earlier hpctrain rank would give every rank here a stale identity. Start clean.
+unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_ADDR MASTER_PORT \
+  TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT JAX_RANK JAX_LOCAL_RANK JAX_WORLD_SIZE \
+  JAX_COORDINATOR_ADDR JAX_COORDINATOR_PORT HPCTRAIN_RANK HPCTRAIN_IS_MAIN HPCTRAIN_SEED \
+  HPCTRAIN_BASE_SEED HPCTRAIN_RESUME_FROM HPCTRAIN_JOB_ID
+cd /work/job
+export NCCL_SOCKET_IFNAME=ib
+export HPCTRAIN_RUN_DIR=/runs/ddp-check/RUN_ID
+export HPCTRAIN_JOB_NAME=ddp-check
+export HPCTRAIN_SITE=containers
+export HPCTRAIN_LIBRARY=command
+[[ -n "${WANDB_API_KEY:-}" ]] || die "secret WANDB_API_KEY is not set: export it where you submit (its value is never written to disk)"
+
+# --- nodes (Slurm) --------------------------------------------------------------------------
+NNODES=2
+export HPCTRAIN_JOB_ID=$SLURM_JOB_ID
+[[ "${SLURM_JOB_NUM_NODES:-}" == "$NNODES" ]] || die "the allocation has ${SLURM_JOB_NUM_NODES:-?} node(s), the job was planned for $NNODES: render it again with --set resources.nodes=N instead of overriding -N"
+# The head is the first host of the job's own node list (never the submit host, never a guess).
+NODELIST=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>&1) || die "cannot expand SLURM_JOB_NODELIST='${SLURM_JOB_NODELIST:-}': $NODELIST"
+FIRST=${NODELIST%%$'\n'*}
+[[ -n "$FIRST" ]] || die "cannot determine the head node from SLURM_JOB_NODELIST='${SLURM_JOB_NODELIST:-}'"
+
+# --- rendezvous -----------------------------------------------------------------------------
+HEAD=$FIRST
+HEAD_ADDR=$(getent ahostsv4 "$HEAD" | awk 'NR == 1 {print $1}') || true
+[[ -n "$HEAD_ADDR" ]] || die "the head '$HEAD' does not resolve on $(hostname): check the site's head.mode"
+case "$HEAD_ADDR" in
+  127.*) die "the head '$HEAD' resolves to loopback ($HEAD_ADDR): other nodes could not reach it; set the site's head.mode to interface or suffix" ;;
+esac
+# Derived from the job's id, the same on every node, above the kernel's ephemeral port range.
+PORT=$(( 61000 + 2 * (HPCTRAIN_JOB_ID % 2268) ))
+export HPCTRAIN_PORT=$PORT HPCTRAIN_SPARE_PORT=$(( PORT + 1 ))
+export HPCTRAIN_HEAD=$HEAD
+log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | paste -sd, -)"
+
+
+# --- container: pyxis (hpctrain/containers.py) ------------------------------------
+# This shell stays on the host; on every node the launch runs in $TMPDIR/images/train.sqsh:
+# the run and working directories are bound at the same paths.
+# On every node: the image copied to node-local storage.
+# shellcheck disable=SC2016,SC2154  # $NAME in container paths comes from the node's environment
+PREPARE_OUT=$(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=1 bash -c 'set -eu
+if [[ -n "$1" ]]; then
+  mkdir -p "$2"
+  target="$2/$(basename "$1")"
+  [[ "$target" -nt "$1" ]] || { cp "$1" "$target.$$.part" && mv -f "$target.$$.part" "$target"; }
+fi
+shift 2
+for d in "$@"; do mkdir -p "$d"; done' hpctrain-prepare /scratch/images/train.sqsh "${TMPDIR}"/images 2>&1) || {
+  record_failure container 1 "preparing the container on the nodes failed: $PREPARE_OUT"
+  die "preparing the container on the nodes failed: $PREPARE_OUT"
+}
+# pyxis: the launch step itself runs in the container.
+# shellcheck disable=SC2154
+CONTAINER_STEP=(--container-image="${TMPDIR}"/images/train.sqsh '--container-mounts=/runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID,/work/job:/work/job,/data:/data:ro' --container-workdir=/work/job '--container-env=NCCL_SOCKET_IFNAME,HPCTRAIN_RUN_DIR,HPCTRAIN_JOB_NAME,HPCTRAIN_SITE,HPCTRAIN_LIBRARY,WANDB_API_KEY' --container-remap-root)
+
+# --- launch ---------------------------------------------------------------------------------
+# torchrun's agent does not handle SIGUSR2, whose default action would kill it and its ranks
+# unsaved: start it with the signal ignored. The ranks inherit that; the program installs its own handler.
+# shellcheck disable=SC2016
+AGENT=(bash -c 'trap "" USR2; exec "$@"' hpctrain-agent)
+LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=4 --gpus-per-node=4 "${CONTAINER_STEP[@]}" --kill-on-bad-exit=1
+  "${AGENT[@]}" python -m torch.distributed.run --nnodes="$NNODES" --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$HPCTRAIN_JOB_ID" --rdzv-conf="join_timeout=600,last_call_timeout=30,close_timeout=60" --max-restarts=0
+  "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
+
+# --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
+# Without it, a node that cannot reach the head makes torchrun wait its join_timeout and the job
+# hang until the time limit; here the job stops within 60 s and names the node.
+export HPCTRAIN_NODES
+HPCTRAIN_NODES=$(echo "$NODELIST" | paste -sd, -)
+log "preflight: $NNODES nodes must reach $HEAD:$PORT within 60 s"
+PREFLIGHT_STATUS=0
+PREFLIGHT_OUT=$(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=1 \
+  python3 "$RUN_DIR/rank" preflight 60 2>&1) || PREFLIGHT_STATUS=$?
+[[ -z "$PREFLIGHT_OUT" ]] || log "$PREFLIGHT_OUT"
+if (( PREFLIGHT_STATUS != 0 )); then
+  PROBLEM=$(grep 'hpctrain preflight:' <<<"$PREFLIGHT_OUT" | sed 's/^.*hpctrain preflight: //' | paste -sd';' -) || true
+  record_failure preflight "$PREFLIGHT_STATUS" "preflight failed: ${PROBLEM:-$PREFLIGHT_OUT}"
+  die "preflight failed (status $PREFLIGHT_STATUS): ${PROBLEM:-see above}"
+fi
+(( ! PREEMPTED )) || requeue_or_end
+log "launch: ${LAUNCH[*]}"
+# In the background, so that signals reach this shell's traps while the ranks run.
+"${LAUNCH[@]}" &
+CHILD=$!
+STATUS=0
+wait "$CHILD" || STATUS=$?
+# A trapped signal interrupts `wait` while the launch still runs.
+while kill -0 "$CHILD" 2>/dev/null; do
+  if (( PREEMPTED )); then
+    wait_for_grace || true
+    break
+  fi
+  STATUS=0
+  wait "$CHILD" || STATUS=$?
+done
+(( ! PREEMPTED )) || requeue_or_end
+if (( STATUS != 0 )); then
+  record_failure ranks "$STATUS"
+  die "the ranks exited with status $STATUS; per-rank logs: $RUN_DIR/logs/rank-*.log"
+fi
+log "done: all ranks exited 0"
