@@ -181,6 +181,50 @@ def submit_prepared(prep: Prepared, source=None) -> Run:
     return run
 
 
+def _max_excluded(run: Run) -> int:
+    """preemption.max_excluded_nodes of the run's job (its resolved job.yaml)."""
+    import yaml
+    from .spec import Preemption
+    try:
+        data = yaml.safe_load((run.path / "job.yaml").read_text()) or {}
+        value = (data.get("preemption") or {}).get("max_excluded_nodes")
+    except (OSError, yaml.YAMLError, AttributeError):
+        value = None
+    return value if isinstance(value, int) and value >= 0 else Preemption().max_excluded_nodes
+
+
+def resume(ref: str) -> tuple[Run, list[str], str]:
+    """`hpctrain submit --resume RUN`: a new allocation for a run that ended (time limit,
+    requeue cap, failure), in the same run directory: its job script runs the run's code
+    snapshot again and every rank resumes from the newest checkpoint. The nodes the run's
+    failures blamed are left out (rank/recovery.py). Returns (run, excluded nodes, why)."""
+    from .rank.records import archive_job_failure
+    from .rank.recovery import resume_exclusions
+    from .runs import find
+    from .status import gather
+    run = find(ref)
+    rec = run.record
+    if rec.array_size:
+        raise HpctrainError(f"run {run.id} is a sweep: --resume starts one job again",
+                            fix="submit the sweep's job file again")
+    if rec.script is None or not (run.path / rec.script).is_file():
+        raise HpctrainError(f"run {run.id} has no job script to run again (a function run?)",
+                            fix="submit the job (or call submit_function) again")
+    st = gather(run)
+    if not st.state.done:
+        raise HpctrainError(f"run {run.id} is still {st.state.state.value} (job {rec.job_id}): "
+                            "only a run that ended can be resumed",
+                            fix=f"wait for it, or `hpctrain cancel {run.id}` first")
+    nodes, why = resume_exclusions(str(run.path), _max_excluded(run))
+    archive_job_failure(str(run.path))  # failure.json speaks of the new job from now on
+    job_id = backend(rec.backend).resubmit(run, nodes)
+    run.update(jobs=[*rec.jobs, str(rec.job_id)], job_id=job_id, state="SUBMITTED", final=False,
+               exit_code=None, reason=None, task_states=[],
+               submitted=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
+    add_to_index(run)
+    return run, nodes, why
+
+
 def render(job: Job | str | os.PathLike | dict, **load_args) -> str:
     """The job script `hpctrain submit` would submit for this job (with a placeholder run id)."""
     return prepare(_as_job(job, load_args), "RUN_ID").script
