@@ -36,7 +36,9 @@ CODE_DIR = "code"
 FILE_LIST = "code-files.txt"
 IGNORE_FILE = ".hpctrainignore"
 # Without git: what no job needs to run and what is often large.
-DEFAULT_IGNORES = (".git/", "__pycache__/", "*.py[cod]", ".venv*/", "venv/",
+# Applied to git's untracked files too: a virtualenv symlinked into a checkout (`.venv-x ->
+# /elsewhere`) is not ignored by a `.venv*/` line, and a copy that follows it is gigabytes.
+DEFAULT_IGNORES = (".git/", "__pycache__/", "*.py[cod]", ".venv*", "venv",
                    "*.egg-info/", ".pytest_cache/", ".mypy_cache/", ".ipynb_checkpoints/",
                    "node_modules/", "wandb/", "runs/", "outputs/", "multirun/")
 
@@ -120,16 +122,24 @@ def _inside(path: str, root: str) -> str | None:
 
 
 def _git_files(root: str) -> list[str] | None:
+    """The checkout's tracked files, and its untracked ones that neither git nor
+    DEFAULT_IGNORES ignore."""
     import subprocess
-    try:
-        proc = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others",
-                               "--exclude-standard"], capture_output=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
+
+    def ls(*args: str) -> list[str] | None:
+        try:
+            proc = subprocess.run(["git", "-C", root, "ls-files", "-z", *args],
+                                  capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if proc.returncode != 0:
+            return None
+        return [n for n in proc.stdout.decode(errors="surrogateescape").split("\0") if n]
+    tracked, others = ls("--cached"), ls("--others", "--exclude-standard")
+    if tracked is None or others is None:
         return None
-    if proc.returncode != 0:
-        return None
-    names = [n for n in proc.stdout.decode(errors="surrogateescape").split("\0") if n]
-    return sorted(set(names))
+    base = _spec(DEFAULT_IGNORES)
+    return sorted(set(tracked) | {n for n in others if not base.match_file(n)})
 
 
 def _walk(root: str, ignore) -> list[str]:

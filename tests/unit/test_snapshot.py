@@ -74,3 +74,21 @@ def test_snapshot_without_git_leaves_out_ignored_and_large_is_refused(tmp_path):
     excluded = snapshot.collect(str(d), Snapshot(max_mb=1, exclude=["*.npy"]), [])
     snapshot.check_size(excluded, Snapshot(max_mb=1, exclude=["*.npy"]), None)
     assert excluded.files == ["train.py"]
+
+
+def test_snapshot_of_a_checkout_leaves_out_a_symlinked_virtualenv(tmp_path):
+    """A venv linked into a checkout (`.venv-x -> /elsewhere`) is untracked and not ignored by a
+    `.venv*/` line (a link is no directory): following it would copy gigabytes."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "train.py").write_text("x\n")
+    (repo / ".gitignore").write_text(".venv*/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "x")
+    elsewhere = tmp_path / "venv"
+    (elsewhere / "lib").mkdir(parents=True)
+    (repo / ".venv-ding").symlink_to(elsewhere)
+    (repo / "venv").symlink_to(elsewhere)
+    source = snapshot.collect(str(repo), Snapshot(), [])
+    assert source.files == [".gitignore", "train.py"], source.files
