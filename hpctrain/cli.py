@@ -10,8 +10,8 @@ import sys
 from .errors import HpctrainError
 
 
-def _job_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job", help="the job file (job.yaml)")
+def _job_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
+    p.add_argument("job", nargs="?" if optional else None, help="the job file (job.yaml)")
     p.add_argument("--site", help="site profile name or file (wins over the job's own 'site')")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a job value, e.g. --set resources.nodes=4 (repeatable)")
@@ -78,7 +78,21 @@ def cmd_validate(args) -> int:
 def cmd_submit(args) -> int:
     import shlex
     from .checks import check_secrets
-    from .submission import prepare, submit_prepared
+    from .submission import prepare, resume, submit_prepared
+    if args.resume is not None:
+        if args.job is not None or args.overrides or args.site or args.dry_run:
+            raise HpctrainError("--resume RUN starts that run's own job again: no job file, "
+                                "--site, --set or --dry-run with it",
+                                fix="hpctrain submit --resume RUN")
+        run, nodes, why = resume(args.resume)
+        rec = run.record
+        print(f"resumed {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"
+              + (f"  without {','.join(nodes)} ({why})" if nodes else ""))
+        print(f"run directory: {run.path}", flush=True)
+        return _wait(args, run)
+    if args.job is None:
+        raise HpctrainError("submit needs a job file (or --resume RUN)",
+                            fix="hpctrain submit job.yaml")
     job = _load(args)
     check_secrets(job)
     prep = prepare(job)
@@ -96,6 +110,10 @@ def cmd_submit(args) -> int:
     print(f"submitted {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"
           + (f"  ({rec.array_size} tasks)" if rec.array_size else ""))
     print(f"run directory: {run.path}", flush=True)
+    return _wait(args, run)
+
+
+def _wait(args, run) -> int:
     if not args.wait:
         return 0
     import shutil
@@ -258,7 +276,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("submit", help="create a run directory and submit the job")
-    _job_args(p)
+    _job_args(p, optional=True)
+    p.add_argument("--resume", metavar="RUN",
+                   help="start a run that ended (time limit, requeue cap, failure) again, in its "
+                   "own run directory, from its newest checkpoint, leaving out the nodes its "
+                   "failures blamed")
     p.add_argument("--dry-run", action="store_true", help="print what would be submitted; submit nothing")
     p.add_argument("--wait", action="store_true",
                    help="wait for the job to end, showing its state and training progress; "

@@ -148,8 +148,12 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
             shown = brief(p, ago=not t.done) if p else "-"
             row = f"{describe(t)[:24]:<24}  {shown[:24]:<24}  {values}"
             lines.append(f"{t.job or str(i):<{job_w}}  " + row[:max(24, WIDTH - 1 - job_w - 2)])
+    if st.jobs:
+        lines.append(f"earlier   job(s) {', '.join(st.jobs)} (submit --resume)")
     if st.ended:
         lines.append(f"ended     {st.ended}")
+    for e in st.excluded:
+        lines.append(f"excluded  {e['node']}: {e['reason']}: {e['message'][:200]}")
     if ranks:
         for p in st.progress:
             lines.append("")

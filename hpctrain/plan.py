@@ -6,6 +6,7 @@ user error was raised while loading (checks.py).
 """
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 
@@ -25,7 +26,8 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     site: str
     backend: str  # the site's scheduler: its backend writes the header, its templates the rest
     run_dir: str  # absolute; the run id is chosen outside, so rendering stays deterministic
-    workdir: str
+    workdir: str  # where the program runs: the code snapshot's copy of the submit directory
+    setup_dir: str  # where modules and setup lines run: the directory the job was submitted from
     # The directive table: (option, value or None for a flag), hpctrain's in a fixed order, then
     # the site's sbatch_extra, the job's own `sbatch:` options (replacing a site extra of the
     # same name) and what it waits for (`after`); those in the site's sbatch_skip left out.
@@ -61,6 +63,7 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     # The interpreter for hpctrain's own stdlib-only helpers on the host (the failure record,
     # the node preflight): the job's python, or the site's host_python with a container.
     host_python: list[str] = []
+    hang_timeout: int | None = None  # launcher.hang_timeout: the watcher's (rank/watch.py)
     version: str = __version__
     warnings: tuple[str, ...] = ()
 
@@ -120,7 +123,9 @@ def gpu_request(job: Job) -> tuple[str, str] | None:
     return ("gpus-per-node", count) if site.gpu_request == "gpus-per-node" else ("gres", f"gpu:{count}")
 
 
-def make_plan(job: Job, run_dir: str) -> LaunchPlan:
+def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan:
+    """The plan of one job in run_dir; code_dir: where the code snapshot lies (None: the job
+    runs the live tree)."""
     spec, site = job.spec, job.site
     lib = adapter(spec.library)
     ppn = procs_per_node(spec)
@@ -133,7 +138,8 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
     env.update({k: env_text(v) for k, v in spec.env.items()})
     env.update(containers.container_env(spec))
     env.update(lib.env(spec))
-    env.update(survive.restart_env(job))
+    env.update(survive.launcher_env(job, preempt, lib.launcher == "torchrun"))
+    env.update({k: v for k, v in survive.tracking_env(run_dir).items() if k not in env})
     env.update({
         "HPCTRAIN_RUN_DIR": run_dir,
         "HPCTRAIN_JOB_NAME": spec.name,
@@ -142,6 +148,13 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
     })
     python = (shlex.split(spec.python) if spec.python is not None
               else lib.python(spec) or [sys.executable])
+    workdir = job.workdir
+    if code_dir is not None:
+        from .snapshot import run_workdir
+        workdir = run_workdir(code_dir, job.workdir)
+        if "/" in python[0] and not python[0].startswith(("/", "$")):
+            # A relative interpreter (.venv/bin/python) is not code: it stays where it was.
+            python = [os.path.join(job.workdir, python[0]), *python[1:]]
     t = rendezvous_timeouts(job)
     rdzv_conf = ",".join(f"{k}={v}" for k, v in t.items())
     preflight = spec.launcher.preflight if spec.launcher.preflight is not None else spec.resources.nodes > 1
@@ -171,10 +184,11 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         # The rank check is a store of torch's: torch libraries started by torchrun only.
         rank_check_timeout=(survive.preflight_timeout(job) if preflight and lib.torch_library
                             and lib.launcher == "torchrun" else None),
+        train_hooks=list(lib.train_hooks),
     )
     return LaunchPlan(
         name=spec.name, site=site.name, backend=site.scheduler, run_dir=run_dir,
-        workdir=job.workdir, directives=directives, gpus=gpus,
+        workdir=workdir, setup_dir=job.workdir, directives=directives, gpus=gpus,
         modules=list(site.modules), module_init=site.module_init,
         setup=list(site.setup) + list(spec.setup),
         env=env, secrets=list(spec.secrets), nnodes=spec.resources.nodes, nproc_per_node=ppn,
@@ -187,4 +201,5 @@ def make_plan(job: Job, run_dir: str) -> LaunchPlan:
         bootstrap=bootstrap, warnings=job.warnings, preemption=preempt,
         preflight_timeout=survive.preflight_timeout(job),
         container=container, host_python=host_python,
+        hang_timeout=spec.launcher.hang_timeout,
     )

@@ -61,6 +61,8 @@ class Launcher(_Strict):
     monitor_interval: Annotated[float, Meta(gt=0)] | None = None
     preflight: bool | None = None  # None: on for multi-node jobs
     preflight_timeout: Seconds | None = None  # every node must reach the head within this
+    # No rank has progressed for this long: the ranks are ended (and restarted or requeued).
+    hang_timeout: Seconds | None = None  # None: no hang detection
 
 
 class Preemption(_Strict):
@@ -72,6 +74,16 @@ class Preemption(_Strict):
     grace: Seconds = 90  # how long the ranks get to save after the signal
     requeue: bool = True
     max_requeues: NonNeg = 3  # compared with SLURM_RESTART_COUNT (requeues of any cause)
+    # A requeue after a failure that names a node (preflight, hang, a node's hardware error)
+    # leaves that node out; never more than this many in all (rank/recovery.py).
+    max_excluded_nodes: NonNeg = 2
+
+
+class Snapshot(_Strict):
+    """The copy of the code the job runs, made at submit (hpctrain/snapshot.py)."""
+    enabled: bool = True
+    max_mb: Annotated[int, Meta(ge=1, le=100_000)] = 200  # a bigger copy is refused at submit
+    exclude: list[str] = []  # gitignore-style patterns left out (with .hpctrainignore's)
 
 
 # A per-job scheduler option's value: text, a number, true for a flag (false/null: left out), or
@@ -138,6 +150,8 @@ class JobSpec(_Strict):
     # Runs (or scheduler job ids) this job waits for: "RUN" (afterok), "afterany:RUN",
     # "afternotok:RUN"; one or a list (chains.py). `--after` on the command line replaces it.
     after: Union[str, list[str]] = []
+    # true (the default): the job runs a copy of the code taken at submit; false: the live tree.
+    snapshot: Union[bool, Snapshot] = True
 
 
 class HeadAddress(_Strict):
@@ -248,12 +262,19 @@ def _split_path(text: str) -> tuple:
                  for m in re.finditer(_SEG, text or ""))
 
 
+def _struct_in(tp):
+    """The Struct member of a union such as `bool | Snapshot` (whose keys an error lists)."""
+    import typing
+    members = [a for a in typing.get_args(tp) if isinstance(a, type) and issubclass(a, Struct)]
+    return members[0] if len(members) == 1 else tp
+
+
 def _type_at(root: type, path: tuple):
     """The schema type at a key path (for listing valid keys), or None."""
     import typing
     tp = root
     for key in path:
-        tp = _unwrap(tp)
+        tp = _struct_in(_unwrap(tp))
         if isinstance(tp, type) and issubclass(tp, Struct):
             hints = typing.get_type_hints(tp, include_extras=True)
             if key not in hints:
@@ -262,7 +283,7 @@ def _type_at(root: type, path: tuple):
         else:
             args = typing.get_args(tp)
             tp = args[-1] if args else None
-    return _unwrap(tp)
+    return _struct_in(_unwrap(tp))
 
 
 def _unwrap(tp):
@@ -353,7 +374,8 @@ def explain(exc: msgspec.ValidationError, root: type, where, data=None) -> Hpctr
 _EXPECTED = {"int": "a whole number", "str": "text (quote it if YAML reads it as something "
              "else)", "bool": "true or false", "array": "a list: [a, b]", "object":
              "a mapping: {key: value}", "float": "a number",
-             "bool | int | float | str": "one value: text, a number or true/false"}
+             "bool | int | float | str": "one value: text, a number or true/false",
+             "bool | object": "true, false, or a mapping (e.g. {max_mb: 500})"}
 
 
 def _type_hint(what: str) -> str | None:
@@ -452,3 +474,10 @@ def env_text(value: EnvValue) -> str:
 
 def default_runs_dir(spec: JobSpec) -> str:
     return spec.runs_dir or os.environ.get("HPCTRAIN_RUNS_DIR") or "runs"
+
+
+def snapshot_settings(spec: JobSpec) -> Snapshot:
+    """`snapshot: true|false` or the full mapping, as one value."""
+    if isinstance(spec.snapshot, Snapshot):
+        return spec.snapshot
+    return Snapshot(enabled=bool(spec.snapshot))

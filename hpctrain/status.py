@@ -14,7 +14,7 @@ from .backends import JobState, State, backend
 from .backends.commands import SchedulerError
 from .errors import HpctrainError
 from .progress import TrainingProgress, of_run
-from .rank.records import read_job_failure, read_rank_failures
+from .rank.records import read_excluded, read_job_failure, read_rank_failures
 from .runs import Run, add_to_index, being_submitted, indexed
 
 
@@ -37,6 +37,9 @@ class RunStatus(msgspec.Struct, kw_only=True):
     # What it waits for (waits_for below): [{mode, run_id, job, state, verdict}], while it
     # waits, or when its scheduler gave up on it because a condition can never hold.
     waits_for: list[dict] = []
+    # Nodes the run's requeues and `submit --resume` leave out, and why (status/excluded.json).
+    excluded: list[dict] = []
+    jobs: list[str] = []  # earlier job ids of this run (before `submit --resume`)
 
     def to_json(self) -> dict:
         d = msgspec.to_builtins(self)
@@ -115,7 +118,10 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
                      task_values=rec.task_values,
                      ended=f"{failure.reason}: {failure.message}" if failure else None,
                      progress=of_run(str(run.path), rec.array_size),
-                     waits_for=waits.get(run.path, []))
+                     waits_for=waits.get(run.path, []),
+                     excluded=[{"node": e.node, "reason": e.reason, "message": e.message,
+                                "time": e.time} for e in read_excluded(str(run.path))],
+                     jobs=[str(j) for j in rec.jobs])
 
 
 # Slurm's reasons for holding a job, or ending it, over its dependencies.

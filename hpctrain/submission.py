@@ -20,7 +20,8 @@ from .loading import Job, load_job
 from .plan import LaunchPlan, make_plan
 from .render import render_plan
 from .runs import Run, add_to_index, creating, git_state, new_run_id, run_path, write_atomic
-from .spec import default_runs_dir
+from .snapshot import CODE_DIR
+from .spec import default_runs_dir, snapshot_settings
 
 RANK_DIR = Path(__file__).parent / "rank"  # copied into every run directory as RUN_DIR/rank/
 
@@ -39,6 +40,7 @@ class Prepared(msgspec.Struct, frozen=True, kw_only=True):
     parallel: int | None = None  # a sweep's tasks running at once
     function: Any = None  # submitit runs: what every rank calls
     record: dict = msgspec.field(default_factory=dict)  # more run.json fields (function runs)
+    snapshot: Any = None  # spec.Snapshot when the job runs a copy of its code (snapshot.py)
 
 
 def prepare(job: Job, run_id: str | None = None, for_function: bool = False) -> Prepared:
@@ -50,23 +52,33 @@ def prepare(job: Job, run_id: str | None = None, for_function: bool = False) -> 
                             "can run a Python function: hpctrain.submit_function(fn, job))")
     run_id = run_id or new_run_id()
     run_dir = run_path(default_runs_dir(job.spec), job.spec.name, run_id)
+    # A function travels pickled (submitit): there is no script tree to copy for it.
+    settings = None if for_function else snapshot_settings(job.spec)
+    if settings is not None and not settings.enabled:
+        settings = None
+    code_dir = str(run_dir / CODE_DIR) if settings is not None else None
     if job.tasks:
-        return _prepare_sweep(job, run_id, run_dir)
-    return _prepare_one(job, run_id, run_dir)
+        return _prepare_sweep(job, run_id, run_dir, code_dir, settings)
+    return _prepare_one(job, run_id, run_dir, code_dir, settings)
 
 
-def _prepare_one(job: Job, run_id: str, run_dir: Path) -> Prepared:
-    plan = make_plan(job, str(run_dir))
+def _prepare_one(job: Job, run_id: str, run_dir: Path, code_dir: str | None = None,
+                 settings=None) -> Prepared:
+    plan = make_plan(job, str(run_dir), code_dir)
     cls = backend_class(plan.backend)
     return Prepared(job=job, plan=plan, script=render_plan(plan), run_id=run_id, run_dir=run_dir,
                     backend=plan.backend, script_name=cls.script_name,
-                    submit_command=cls().submit_command(run_dir / cls.script_name))
+                    submit_command=cls().submit_command(run_dir / cls.script_name),
+                    snapshot=settings)
 
 
-def _prepare_sweep(job: Job, run_id: str, run_dir: Path) -> Prepared:
+def _prepare_sweep(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
+                   settings) -> Prepared:
     from .arrays import make_array_plan, parallelism
     from .chains import directives
-    subs = tuple(_prepare_one(t.job, run_id, run_dir / "tasks" / str(t.index)) for t in job.tasks)
+    # One snapshot for the whole sweep, in its run directory: every task runs the same code.
+    subs = tuple(_prepare_one(t.job, run_id, run_dir / "tasks" / str(t.index), code_dir)
+                 for t in job.tasks)
     k = parallelism(job, len(subs))
     waits = directives(job.after, job.spec.sbatch)
     aplan = make_array_plan(str(run_dir), subs[0].plan, len(subs), k, subs[0].script_name, waits)
@@ -75,7 +87,21 @@ def _prepare_sweep(job: Job, run_id: str, run_dir: Path) -> Prepared:
                     run_id=run_id, run_dir=run_dir, backend=aplan.backend,
                     script_name=cls.script_name,
                     submit_command=cls().submit_command(run_dir / cls.script_name),
-                    tasks=subs, parallel=k)
+                    tasks=subs, parallel=k, snapshot=settings)
+
+
+def snapshot_source(prep: Prepared):
+    """What the snapshot of a prepared submission copies (snapshot.Source), size checked; None
+    when the job runs the live tree. Nothing is written."""
+    if prep.snapshot is None:
+        return None
+    from . import snapshot
+    from .runs import state_home
+    skip = [default_runs_dir(prep.job.spec), str(state_home())]
+    source = snapshot.collect(prep.job.workdir, prep.snapshot, skip)
+    where = prep.job.origins(("snapshot",)) if prep.job.origins is not None else prep.job.source
+    snapshot.check_size(source, prep.snapshot, where)
+    return source
 
 
 def _write_job_dir(prep: Prepared, d: Path) -> Path | None:
@@ -115,20 +141,29 @@ def _record(prep: Prepared) -> dict:
     return rec
 
 
-def submit_prepared(prep: Prepared) -> Run:
+def submit_prepared(prep: Prepared, source=None) -> Run:
     """Write the run directory and submit. On any failure nothing is left behind: the directory
-    is removed and a job that was already queued is cancelled."""
+    is removed and a job that was already queued is cancelled. `source`: the snapshot's
+    listing when the caller already made it (snapshot_source)."""
     from .chains import check_live
     from .checks import check_secrets
     from .rank.records import RunRecord
     check_secrets(prep.job)
     check_live(prep.job)
+    if source is None:
+        source = snapshot_source(prep)  # before anything is written: too big is refused here
     chosen = backend(prep.backend)
     with creating(prep.run_dir) as run:
         # Recorded and indexed before anything starts: a submit killed at any later instant
         # leaves a run that list/status/cancel find (status/_adopted finds its job, if any).
-        RunRecord(**_record(prep)).save(str(run.path / "run.json"))
+        record = _record(prep)
+        if source is not None:
+            record["snapshot"] = source.record(run.path)
+        RunRecord(**record).save(str(run.path / "run.json"))
         add_to_index(run)
+        if source is not None:
+            from .snapshot import copy
+            copy(source, run.path)
         _write_job_dir(prep, run.path)
         job_id = chosen.submit(run, prep)
         try:
@@ -144,6 +179,50 @@ def submit_prepared(prep: Prepared) -> Run:
                                     getattr(exc, "fix", None)) from None
             raise
     return run
+
+
+def _max_excluded(run: Run) -> int:
+    """preemption.max_excluded_nodes of the run's job (its resolved job.yaml)."""
+    import yaml
+    from .spec import Preemption
+    try:
+        data = yaml.safe_load((run.path / "job.yaml").read_text()) or {}
+        value = (data.get("preemption") or {}).get("max_excluded_nodes")
+    except (OSError, yaml.YAMLError, AttributeError):
+        value = None
+    return value if isinstance(value, int) and value >= 0 else Preemption().max_excluded_nodes
+
+
+def resume(ref: str) -> tuple[Run, list[str], str]:
+    """`hpctrain submit --resume RUN`: a new allocation for a run that ended (time limit,
+    requeue cap, failure), in the same run directory: its job script runs the run's code
+    snapshot again and every rank resumes from the newest checkpoint. The nodes the run's
+    failures blamed are left out (rank/recovery.py). Returns (run, excluded nodes, why)."""
+    from .rank.records import archive_job_failure
+    from .rank.recovery import resume_exclusions
+    from .runs import find
+    from .status import gather
+    run = find(ref)
+    rec = run.record
+    if rec.array_size:
+        raise HpctrainError(f"run {run.id} is a sweep: --resume starts one job again",
+                            fix="submit the sweep's job file again")
+    if rec.script is None or not (run.path / rec.script).is_file():
+        raise HpctrainError(f"run {run.id} has no job script to run again (a function run?)",
+                            fix="submit the job (or call submit_function) again")
+    st = gather(run)
+    if not st.state.done:
+        raise HpctrainError(f"run {run.id} is still {st.state.state.value} (job {rec.job_id}): "
+                            "only a run that ended can be resumed",
+                            fix=f"wait for it, or `hpctrain cancel {run.id}` first")
+    nodes, why = resume_exclusions(str(run.path), _max_excluded(run))
+    archive_job_failure(str(run.path))  # failure.json speaks of the new job from now on
+    job_id = backend(rec.backend).resubmit(run, nodes)
+    run.update(jobs=[*rec.jobs, str(rec.job_id)], job_id=job_id, state="SUBMITTED", final=False,
+               exit_code=None, reason=None, task_states=[],
+               submitted=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
+    add_to_index(run)
+    return run, nodes, why
 
 
 def render(job: Job | str | os.PathLike | dict, **load_args) -> str:

@@ -1,30 +1,65 @@
-"""Surviving the cluster: preemption and time limits, requeue, resume, preflight, timeouts.
+"""Surviving the cluster: preemption, cancel and time limits, requeue, resume, hangs, bad nodes.
 
-Decisions only (plain values for the plan); the shell side is templates/parts/preemption.sh.j2
-and preflight.sh.j2, the rank side is rank/bootstrap.py (resume, collective timeout) and rank/preflight.py.
+Decisions only (plain values for the plan); the shell side is templates/parts/preemption.sh.j2,
+watch.sh.j2, preflight.sh.j2 and templates/slurm/requeue.sh.j2; the rank side is
+rank/bootstrap.py (resume, collective timeout), rank/stop.py (signals), rank/train_hooks.py
+(the libraries' iteration boundaries), rank/watch.py (hangs), rank/recovery.py (bad nodes) and
+rank/preflight.py. The code a job runs is a snapshot (snapshot.py).
 
-The path of a preemption or an approaching time limit, end to end:
+The path of a preemption, an approaching time limit or a cancel, end to end:
 
 1. `#SBATCH --signal=B:SIG@LEAD` asks Slurm to send SIG (default USR2) to the batch shell only,
    LEAD seconds before the limit (Slurm may send it up to 60 s earlier). `--requeue` makes the
-   job requeueable. The same path runs on `scancel --signal=SIG --batch JOBID` (preemption by
-   hand, or by a site's preemption tooling).
-2. The batch shell traps SIG and forwards it to `srun`, which forwards it to every task of the
-   step; Slurm delivers it to every process of the step: torchrun's agents and the ranks.
-   torchrun's agent handles TERM/INT/HUP/QUIT (it stops its workers) but not USR1/USR2, whose
-   default action would kill the agent and the ranks unsaved: so the agent is started with
-   USR1/USR2 ignored. The ranks inherit "ignored" and the training program installs its own
-   handler (a program that does not is not killed; it is requeued from its last periodic
-   checkpoint). The ranks learn the signal's name from HPCTRAIN_PREEMPT_SIGNAL.
-3. The shell waits up to `grace` seconds for the ranks to save and exit, then requeues the job
-   itself with `scontrol requeue` (JOBID, or ARRAYJOBID_TASKID for an array task) — from the
-   batch shell on the host, never from the training process (a container has no scontrol) —
-   unless SLURM_RESTART_COUNT (unset on the first run) has reached `max_requeues`: then the job
-   ends with exit status 75 and status/failure.json says why.
+   job requeueable. `scancel --signal=SIG --batch JOBID` takes the same path.
+   A preemption is different (Slurm's PreemptMode=REQUEUE, no preempt_send_user_signal):
+   SIGTERM goes to every task of the job's steps — the ranks and torchrun's agents, not the
+   batch shell — then, GraceTime later, SIGTERM to everything and SIGKILL KillWait after that;
+   a job whose batch script ends by itself inside the grace time is NOT requeued by Slurm.
+   A user's `scancel` sends SIGTERM to everything at once and marks the job cancelled.
+2. Every rank takes SIGTERM and SIG alike as "save now" (rank/stop.py): it writes
+   status/stop-R.json and sets a flag. With the library's train hooks (rl_games, rsl_rl, skrl,
+   skrl_jax, di_engine: unmodified train scripts) the ranks agree at the next iteration
+   boundary, the rank that saves normally saves with the library's own save, and the library's
+   training call returns as at its end: the program exits 0. A plain program keeps its own
+   handler for SIG (SIGTERM is handed to it too), or ends on SIGTERM as it always did.
+   torchrun's agent: SIG (USR1/USR2) would kill it, so it starts with SIG ignored (the ranks'
+   bootstrap installs its handler anyway); SIGTERM it handles itself — it passes SIGTERM to its
+   ranks and waits TORCH_ELASTIC_SHUTDOWN_TIMEOUT before SIGKILL, which the plan sets to
+   `grace`, so that a saving rank is not killed at torch's 30 s.
+3. The batch shell traps SIG and SIGTERM and forwards them to the step (srun passes them to
+   every task); it waits up to `grace` seconds for the ranks. Then — also when it was not
+   signalled itself but the ranks were (stop-R.json) or failed — it asks Slurm's view of the
+   job (job_view: `scontrol show job`): being cancelled or timed out -> the job ends, not
+   requeued (status/failure.json: cancelled); preempted (PreemptTime set) or still running
+   (the time-limit warning, a signal sent by hand) -> it requeues itself with `scontrol
+   requeue` (JOBID, or ARRAYJOBID_TASKID), from the batch shell on the host, never from the
+   training process (a container has no scontrol) — unless SLURM_RESTART_COUNT (unset on the
+   first run) has reached `max_requeues`: then the job ends with exit status 75.
 4. The next run starts the ranks again; each rank's bootstrap finds the newest checkpoint in the
    run directory (where the library adapter says its library writes them) and hands it to the
-   library's own resume option (HPCTRAIN_RESUME_FROM for a plain command). The same lookup makes
-   torchrun's in-allocation restarts (launcher.max_restarts) resume.
+   library's own resume option (HPCTRAIN_RESUME_FROM for a plain command; DI-engine's through
+   its config, by the train hook). A resumed skrl or rsl-rl run continues to the total the job
+   asked for (train_hooks.py). The same lookup makes torchrun's in-allocation restarts
+   (launcher.max_restarts) and `hpctrain submit --resume RUN` (a new allocation for a run that
+   ended: time limit, requeue cap, failure) resume.
+5. W&B and TensorBoard follow the run across requeues: WANDB_RUN_ID is derived from the run id,
+   WANDB_RESUME=allow, WANDB_DIR is the run directory and HPCTRAIN_TENSORBOARD_DIR a directory
+   in it (tracking_env; the job's own env wins).
+
+Hangs (launcher.hang_timeout): every rank reports progress (the train hooks at each iteration,
+a plain program through hpctrain_progress.report, or at least its output). A watcher beside the
+launch (rank/watch.py) notices when no rank has progressed for the timeout, names the stuck
+ranks and their nodes in status/failure.json and the batch shell ends the ranks on every node
+(SIGQUIT: a stack dump into each rank's log; then SIGKILL). torchrun restarts them from the
+newest checkpoint while launcher.max_restarts allows; after that the job fails and is requeued
+as below.
+
+Bad nodes: a failure that names a node — the preflight could not reach the head from it, a
+hang's stuck ranks are there (and not on every node), a rank died of a hardware error — is
+requeued (while max_requeues allows) without that node: `scontrol requeuehold`, ExcNodeList,
+`scontrol release` (ExcNodeList changes only while a job is pending). No run leaves out more
+than `preemption.max_excluded_nodes` nodes; status/excluded.json says which and why, and
+`hpctrain submit --resume` leaves them out too. A program's own error is not requeued.
 
 torchrun's restarts (launcher.max_restarts > 0) need one more thing: a store that is new for
 every attempt. By default (torch >= 2.4) the rank-0 agent hosts ONE TCPStore for the whole life
@@ -52,11 +87,15 @@ Timeouts (seconds; every one can be set in the job file or in a site's `defaults
   before torchrun starts; then every rank must meet all the others (rank/preflight.rank_check, a
   counter in a TCPStore rank 0 hosts on HPCTRAIN_SPARE_PORT; no process group) within it too,
   before the program starts. Default 60, 180 above 64 nodes.
+- launcher.hang_timeout: no rank has progressed for this long -> a hang (above). Default: off.
 - preemption.lead_time: Slurm's signal comes this long before the time limit. Default 120.
-- preemption.grace: how long the ranks get to save after the signal, before the requeue.
-  Default 90; must leave room inside lead_time.
+- preemption.grace: how long the ranks get to save after the signal, before the requeue (and
+  how long torchrun's agent waits for them). Default 90; must leave room inside lead_time.
 """
 from __future__ import annotations
+
+import os
+import re
 
 from .loading import Job
 
@@ -80,7 +119,10 @@ def preemption(job: Job) -> dict | None:
         "grace": p.grace,
         "requeue": p.requeue,
         "max_requeues": p.max_requeues,
+        "max_excluded_nodes": p.max_excluded_nodes,
         "ignore_in_agent": p.signal in IGNORED_BY_AGENT,
+        # SIGTERM is "save now" too (4. above); trapped apart when it is not the signal itself.
+        "trap_term": p.signal != "TERM",
     }
 
 
@@ -94,11 +136,32 @@ def directives(pre: dict | None) -> list[tuple[str, str | None]]:
     return out
 
 
-def restart_env(job: Job) -> dict[str, str]:
-    """Environment for torchrun when it may restart the ranks (see "torchrun's restarts" above)."""
-    if job.spec.launcher.max_restarts <= 0 or "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in job.spec.env:
-        return {}
-    return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+def launcher_env(job: Job, pre: dict | None, torchrun: bool) -> dict[str, str]:
+    """Environment for torchrun: a fresh store per restart (see "torchrun's restarts" above),
+    and a shutdown that waits as long as the ranks may take to save (2. above)."""
+    env = {}
+    if job.spec.launcher.max_restarts > 0:
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    if pre is not None and torchrun:
+        env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(pre["grace"])
+    return {k: v for k, v in env.items() if k not in job.spec.env}
+
+
+def tracking_env(run_dir: str) -> dict[str, str]:
+    """A tracking id that survives requeues and resubmits (6. above): W&B's run id from the run
+    id (a sweep task's from the run id and its index), resume allowed, W&B's files and a
+    TensorBoard directory in the run directory. The job's own env (or the site's) wins."""
+    path = run_dir.rstrip("/")
+    parent, name = os.path.split(path)
+    run_id = name
+    if os.path.basename(parent) == "tasks":  # RUN_DIR/tasks/<i>
+        run_id = f"{os.path.basename(os.path.dirname(parent))}-{name}"
+    return {
+        "WANDB_RUN_ID": re.sub(r"[^a-z0-9_-]", "-", run_id.lower())[:64],
+        "WANDB_RESUME": "allow",
+        "WANDB_DIR": run_dir,
+        "HPCTRAIN_TENSORBOARD_DIR": os.path.join(run_dir, "tensorboard"),
+    }
 
 
 def preflight_timeout(job: Job) -> int:

@@ -1,18 +1,16 @@
 """Tiny distributed PPO with rsl-rl (rsl-rl-lib 5.x) on gymnasium Pendulum-v1.
 
 rsl-rl goes distributed by itself when WORLD_SIZE > 1 (set by torchrun): its OnPolicyRunner creates
-the process group, broadcasts rank 0's weights and all-reduces gradients. This script only builds a
-vectorised Pendulum, hands it to the runner, saves checkpoints on rank 0 and writes one result
-file per rank.
+the process group, broadcasts rank 0's weights and all-reduces gradients. Like Isaac Lab's
+rsl_rl train.py, this script builds the environment and the runner, loads --checkpoint if given,
+and calls runner.learn(max_iterations) once: rsl-rl itself saves DIR/checkpoints/model_<it>.pt
+every --save-interval iterations and at the end (rank 0) and logs to TensorBoard there.
 
-It survives preemption the way an Isaac-Lab-style train.py can: rsl-rl's learn() has no hook, so
-the script runs it one iteration at a time. Rank 0 saves with rsl-rl's own runner.save() every
-`save_interval` iterations (--save-interval) and, after the preemption signal (its name in
-$HPCTRAIN_PREEMPT_SIGNAL), at the next iteration boundary; the ranks agree on that boundary through
-an all_reduce of the flag, so every rank stops at the same iteration, then exits 0 and hpctrain
-requeues the job. On the next run hpctrain passes the newest checkpoint as --checkpoint and the
-training continues from its iteration up to --updates (a total, so a requeued job with the same
-arguments does not train longer than asked).
+It installs no signal handler: under hpctrain, the bootstrap's rsl_rl hooks save a checkpoint at
+the next iteration after SIGTERM or the preemption signal and let learn() return, and on the
+next run hpctrain passes that checkpoint as --checkpoint (hpctrain/rank/train_hooks.py). A run
+resumed by hpctrain trains up to --updates in all; run by hand, learn() runs --updates more, as
+rsl-rl does.
 
 Run with hpctrain (job.yaml):
     library: rsl_rl
@@ -21,21 +19,20 @@ Run with hpctrain (job.yaml):
 Plain torchrun, one node, 2 processes (on a GPU machine; on CPU rsl-rl needs hpctrain's CPU shims,
 see hpctrain/rank/cpu_shims.py):
     torchrun --standalone --nproc-per-node=2 examples/rl/rsl_rl_pendulum.py --updates 5 --out /tmp/rsl
-Resume (to 10 iterations in all):
-    torchrun ... examples/rl/rsl_rl_pendulum.py --checkpoint /tmp/rsl/checkpoints/model_5.pt --updates 10
+Resume (rsl-rl's own load: weights, optimizer, iteration):
+    torchrun ... examples/rl/rsl_rl_pendulum.py --checkpoint /tmp/rsl/checkpoints/model_4.pt --updates 5
 
-Outputs: DIR/checkpoints/model_<N>.pt (rank 0, rsl-rl's own format; "iter" inside = N = iterations
-done), DIR/results/rank-<RANK>.json on every rank (sha256 of the actor+critic weights before the
-first update and at the end, rsl-rl's value loss of the first and the last update) and
-DIR/results/attempts.jsonl, one line per rank and run (iteration started from, SLURM_RESTART_COUNT,
-iteration reached, why it stopped).
+Outputs: DIR/checkpoints/model_<it>.pt (rank 0, rsl-rl's own saves; "iter" inside = it, the
+iteration the file was saved at, where a resumed run starts again), DIR/results/rank-<RANK>.json
+on every rank (sha256 of the actor+critic weights before the first update and at the end,
+rsl-rl's value loss of the first and the last update) and DIR/results/attempts.jsonl, one line
+per rank and run (iteration started from, SLURM_RESTART_COUNT, iteration reached).
 """
 
 import argparse
 import hashlib
 import json
 import os
-import signal
 import socket
 import time
 
@@ -52,13 +49,12 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("HPCTRAIN_RUN_DIR", "./out"), help="output directory")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--updates", type=int, default=5,
-                   help="PPO iterations in all (a resumed run continues up to this)")
+    p.add_argument("--updates", type=int, default=5, help="PPO iterations: runner.learn()'s count")
     p.add_argument("--checkpoint", default=None, help="resume from this checkpoint")
-    p.add_argument("--save-interval", type=int, default=0,
-                   help="rsl-rl's save_interval: checkpoint every N iterations (0: only at the end)")
+    p.add_argument("--save-interval", type=int, default=50,
+                   help="rsl-rl's save_interval: it saves every N iterations and at the end")
     p.add_argument("--sleep", type=float, default=0.0,
-                   help="seconds to sleep after each iteration (lets a test preempt it mid-run)")
+                   help="seconds to sleep after each update (lets a test preempt it mid-run)")
     p.add_argument("--num-envs", type=int, default=32, help="environments per rank")
     p.add_argument("--steps", type=int, default=32, help="steps per environment per update")
     return p.parse_args()
@@ -96,7 +92,10 @@ class PendulumVecEnv(VecEnv):
 class RecordingPPO(PPO):
     """rsl-rl's PPO, keeping two things for the result file: the weights before the first update
     (learn() has broadcast rank 0's by then) and each update's mean value loss, the "value" entry
-    of the loss dict that rsl-rl's logger writes as Loss/value (rank 0 only: each rank keeps its own)."""
+    of the loss dict that rsl-rl's logger writes as Loss/value (rank 0 only: each rank keeps its own).
+    It also sleeps SLEEP seconds after each update (--sleep)."""
+
+    SLEEP = 0.0
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -107,6 +106,7 @@ class RecordingPPO(PPO):
             self.initial_digest = params_digest(self._raw_actor, self._raw_critic)
         loss_dict = super().update()
         self.value_losses.append(loss_dict["value"])
+        time.sleep(self.SLEEP)
         return loss_dict
 
 
@@ -114,8 +114,7 @@ def train_cfg(steps: int, save_interval: int) -> dict:
     mlp = {"class_name": "MLPModel", "hidden_dims": [64, 64], "activation": "elu", "obs_normalization": False}
     return {
         "num_steps_per_env": steps,
-        # The script saves at this interval itself (see main): learn() runs one iteration at a time.
-        "save_interval": save_interval or 10**9,
+        "save_interval": save_interval,
         "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
         "actor": {**mlp, "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
         "critic": dict(mlp),
@@ -134,15 +133,8 @@ def params_digest(*modules) -> str:
     return h.hexdigest()
 
 
-STOP = {"flag": False}
-
-
 def main():
     args = parse_args()
-    # torchrun's agent and the ranks start with the preemption signal ignored (hpctrain): install
-    # a handler that only sets a flag; the loop below stops at the next iteration boundary.
-    sig = getattr(signal, os.environ.get("HPCTRAIN_PREEMPT_SIGNAL", "SIGUSR2"))
-    signal.signal(sig, lambda *_: STOP.update(flag=True))
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     # rsl-rl insists on cuda:LOCAL_RANK when distributed; on CPU use cpu (hpctrain's shim allows it).
@@ -151,79 +143,43 @@ def main():
     torch.manual_seed(args.seed + rank)
     env = PendulumVecEnv(args.num_envs, seed=args.seed + rank, device=device)
 
-    cfg = train_cfg(args.steps, args.save_interval)
-    runner = OnPolicyRunner(env, cfg, log_dir=None, device=device)  # creates the process group
+    RecordingPPO.SLEEP = args.sleep
+    log_dir = os.path.join(args.out, "checkpoints")
+    runner = OnPolicyRunner(env, train_cfg(args.steps, args.save_interval), log_dir=log_dir,
+                            device=device)  # creates the process group
     resumed_from = 0
     if args.checkpoint:
         runner.load(args.checkpoint, map_location=device)  # every rank loads the same file
         resumed_from = runner.current_learning_iteration
-    ckpt_dir = os.path.join(args.out, "checkpoints")
-
-    def save(done: int) -> str | None:
-        if rank != 0:
-            return None
-        os.makedirs(ckpt_dir, exist_ok=True)
-        path = os.path.join(ckpt_dir, f"model_{done}.pt")
-        # rsl-rl's own save, to a temporary name first: hpctrain's resume skips *.tmp, so a run
-        # killed mid-write never resumes from a half-written file.
-        runner.save(path + ".tmp")
-        os.replace(path + ".tmp", path)
-        print(f"[rank 0] saved {path}", flush=True)
-        return path
-
-    def stop_requested() -> bool:
-        if world == 1:
-            return STOP["flag"]
-        # One decision for all ranks: the signal reaches each process at a slightly different
-        # moment, and a rank that stopped alone would leave the others blocked in a collective.
-        flag = torch.tensor([1.0 if STOP["flag"] else 0.0], device=device)
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        return flag.item() > 0
-
     attempt = {"rank": rank, "world_size": world, "started_from": resumed_from,
                "resume_from": args.checkpoint,
                "job_restart": int(os.environ.get("SLURM_RESTART_COUNT", 0)),
                "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname()}
     print(f"[rank {rank}] starting at iteration {resumed_from}", flush=True)
     t0 = time.time()
-    done, stopped, ckpt = resumed_from, "completed", None
-    while done < args.updates:
-        # learn() runs range(current, current + n) and then leaves current at the index of the
-        # last iteration it ran; keep "iterations done" there instead, so that what save() stores
-        # as "iter" and what load() restores is where the next run continues, not repeats.
-        runner.current_learning_iteration = done
-        runner.learn(num_learning_iterations=1)
-        done += 1
-        runner.current_learning_iteration = done
-        time.sleep(args.sleep)
-        if stop_requested():
-            ckpt = save(done)
-            stopped = "preempted"
-            break
-        if done % cfg["save_interval"] == 0 and done < args.updates:
-            save(done)
+    runner.learn(num_learning_iterations=args.updates)
     wall = time.time() - t0
-    if stopped == "completed":
-        ckpt = save(done)
+    reached = runner.current_learning_iteration  # the index of the last iteration run
 
     losses = runner.alg.value_losses  # none when a resumed run had no iteration left to do
+    ckpt = os.path.join(log_dir, f"model_{reached}.pt") if rank == 0 else None
     result = {
         "library": "rsl_rl", "rank": rank, "world_size": world, "local_rank": local_rank,
         "hostname": socket.gethostname(), "updates": args.updates, "resumed_from": resumed_from,
-        "iteration": done, "stopped": stopped,
+        "iteration": reached,
         "initial_params_sha256": runner.alg.initial_digest,
         "params_sha256": params_digest(runner.alg._raw_actor, runner.alg._raw_critic),
         "loss": "value loss (rsl-rl PPO.update()['value'])",
         "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-        "checkpoint": ckpt, "train_wall_s": round(wall, 3),
+        "checkpoint": ckpt if ckpt and os.path.exists(ckpt) else None, "train_wall_s": round(wall, 3),
     }
-    attempt.update(reached=done, stopped=stopped, params_sha256=result["params_sha256"])
+    attempt.update(reached=reached, params_sha256=result["params_sha256"])
     os.makedirs(os.path.join(args.out, "results"), exist_ok=True)
     with open(os.path.join(args.out, "results", "attempts.jsonl"), "a") as f:
         f.write(json.dumps(attempt) + "\n")
     with open(os.path.join(args.out, "results", f"rank-{rank}.json"), "w") as f:
         json.dump(result, f, indent=2)
-    print(f"[rank {rank}] {stopped} at iteration {done}: {json.dumps(result)}", flush=True)
+    print(f"[rank {rank}] done at iteration {reached}: {json.dumps(result)}", flush=True)
 
 
 if __name__ == "__main__":

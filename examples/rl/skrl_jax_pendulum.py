@@ -3,7 +3,12 @@
 skrl's JAX mode is distributed when JAX_WORLD_SIZE > 1: at `import skrl` it calls
 jax.distributed.initialize from JAX_COORDINATOR_ADDR/_PORT, JAX_WORLD_SIZE, JAX_RANK and
 JAX_LOCAL_RANK; its agents broadcast rank 0's parameters and all-reduce gradients (pmap/psum).
-torchrun does not set these variables: use skrl's launcher, or set them per process.
+torchrun does not set these variables: use skrl's launcher, or set them per process. Like Isaac
+Lab's skrl train.py (--ml_framework jax) it loads --checkpoint with agent.load() if given and
+calls trainer.train() once; skrl writes DIR/checkpoints/agent_<timestep>.pickle every
+--save-interval updates (rank 0). It installs no signal handler: hpctrain's skrl_jax hooks save
+and stop after an update on SIGTERM or the preemption signal, and continue a resumed run's
+timesteps (hpctrain/rank/train_hooks.py).
 
 Run with hpctrain (job.yaml):
     library: skrl_jax
@@ -16,15 +21,17 @@ By hand (one line per process, RANK = 0 and 1):
     JAX_COORDINATOR_ADDR=127.0.0.1 JAX_COORDINATOR_PORT=5555 JAX_WORLD_SIZE=2 JAX_RANK=$RANK \
         JAX_LOCAL_RANK=$RANK python examples/rl/skrl_jax_pendulum.py --out /tmp/skrl_jax &
 On CPU this needs hpctrain's skrl_jax shim (imports jax.experimental.multihost_utils).
-Resume: --checkpoint DIR/checkpoints/agent_<timestep>.pickle (the timestep in skrl's file name
-gives the update to resume from; skrl's JAX checkpoints hold only parameters).
+Resume: --checkpoint DIR/checkpoints/agent_<timestep>.pickle (skrl's JAX checkpoints hold only
+parameters; the timestep in the name says where it was saved).
 
-Outputs: DIR/checkpoints/agent_<timestep>.pickle (rank 0, skrl's agent.save) and
+Outputs: DIR/checkpoints/agent_<timestep>.pickle (rank 0, skrl's own checkpoints),
 DIR/results/rank-<JAX_RANK>.json on every rank: sha256 of the policy+value parameters before the
-first update and at the end, skrl's value loss of the first and the last update.
+first update and at the end, skrl's value loss of the first and the last update; and
+DIR/results/attempts.jsonl, one line per rank and run (update started from, reached).
 """
 
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -54,8 +61,12 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("HPCTRAIN_RUN_DIR", "./out"), help="output directory")
     p.add_argument("--seed", type=int, default=42, help="base seed (skrl adds the rank)")
-    p.add_argument("--updates", type=int, default=3, help="PPO updates to run")
+    p.add_argument("--updates", type=int, default=3, help="PPO updates: the trainer's timesteps / --steps")
     p.add_argument("--checkpoint", default=None, help="resume from this checkpoint")
+    p.add_argument("--save-interval", type=int, default=0,
+                   help="skrl's checkpoint_interval, in updates (0: once, at the end)")
+    p.add_argument("--sleep", type=float, default=0.0,
+                   help="seconds to sleep after each update (lets a test preempt it mid-run)")
     p.add_argument("--num-envs", type=int, default=16, help="environments per rank")
     p.add_argument("--steps", type=int, default=16, help="steps per environment per update")
     return p.parse_args()
@@ -88,6 +99,16 @@ class Value(DeterministicMixin, Model):
         return nn.Dense(1)(x), {}
 
 
+class RecordingPPO(PPO):
+    """skrl's PPO; sleeps SLEEP seconds after each update (--sleep)."""
+
+    SLEEP = 0.0
+
+    def update(self, *, timestep: int, timesteps: int) -> None:
+        super().update(timestep=timestep, timesteps=timesteps)
+        time.sleep(self.SLEEP)
+
+
 def params_digest(*models) -> str:
     h = hashlib.sha256()
     for model in models:
@@ -118,15 +139,22 @@ def main():
     # No TensorBoard (we save explicitly below). Then skrl never flushes (and clears) the statistics
     # it tracks for it either: agent.tracking_data["Loss / Value loss"] keeps one value per update.
     cfg.experiment.write_interval = 0
-    cfg.experiment.checkpoint_interval = 0
+    # skrl's own checkpoints, DIR/checkpoints/agent_<timestep>.pickle: the experiment directory is DIR.
+    cfg.experiment.directory, cfg.experiment.experiment_name = os.path.split(os.path.abspath(args.out))
+    cfg.experiment.checkpoint_interval = (args.save_interval or args.updates) * args.steps
     memory = RandomMemory(memory_size=args.steps, num_envs=env.num_envs, device=device)
-    agent = PPO(models=models, memory=memory, observation_space=env.observation_space,
-                action_space=env.action_space, device=device, cfg=cfg)
+    RecordingPPO.SLEEP = args.sleep
+    agent = RecordingPPO(models=models, memory=memory, observation_space=env.observation_space,
+                         action_space=env.action_space, device=device, cfg=cfg)
 
     resumed_from = 0
     if args.checkpoint:
         agent.load(args.checkpoint)  # every rank loads the same file
         resumed_from = int(re.search(r"agent_(\d+)", os.path.basename(args.checkpoint)).group(1)) // args.steps
+    attempt = {"rank": rank, "world_size": world, "started_from": resumed_from,
+               "resume_from": args.checkpoint,
+               "job_restart": int(os.environ.get("SLURM_RESTART_COUNT", 0)),
+               "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname()}
 
     # The agent's constructor broadcast rank 0's parameters (each rank built its own from its
     # own seed) and a resume loaded the same file on every rank: these are the weights that train.
@@ -137,27 +165,27 @@ def main():
     t0 = time.time()
     trainer.train()
     wall = time.time() - t0
-    updates_total = resumed_from + args.updates
 
-    ckpt = None
-    if rank == 0:
-        os.makedirs(os.path.join(args.out, "checkpoints"), exist_ok=True)
-        ckpt = os.path.join(args.out, "checkpoints", f"agent_{updates_total * args.steps}.pickle")
-        agent.save(ckpt)
-    losses = agent.tracking_data["Loss / Value loss"]  # one per update
+    losses = agent.tracking_data["Loss / Value loss"]  # this run's updates
+    reached = resumed_from + len(losses)
+    saved = sorted(glob.glob(os.path.join(args.out, "checkpoints", "agent_*.pickle")), key=os.path.getmtime)
     result = {
         "library": "skrl_jax", "rank": rank, "world_size": world, "local_rank": skrl_config.jax.local_rank,
         "hostname": socket.gethostname(), "updates": args.updates, "resumed_from": resumed_from,
-        "iteration": updates_total,
+        "iteration": reached,
         "initial_params_sha256": initial_digest, "params_sha256": params_digest(agent.policy, agent.value),
         "loss": "value loss (skrl tracking_data['Loss / Value loss'])",
-        "first_loss": float(losses[0]), "last_loss": float(losses[-1]),
-        "checkpoint": ckpt, "train_wall_s": round(wall, 3),
+        "first_loss": float(losses[0]) if losses else None,
+        "last_loss": float(losses[-1]) if losses else None,
+        "checkpoint": saved[-1] if rank == 0 and saved else None, "train_wall_s": round(wall, 3),
     }
+    attempt.update(reached=reached, params_sha256=result["params_sha256"])
     os.makedirs(os.path.join(args.out, "results"), exist_ok=True)
+    with open(os.path.join(args.out, "results", "attempts.jsonl"), "a") as f:
+        f.write(json.dumps(attempt) + "\n")
     with open(os.path.join(args.out, "results", f"rank-{rank}.json"), "w") as f:
         json.dump(result, f, indent=2)
-    print(f"[rank {rank}] done: {json.dumps(result)}")
+    print(f"[rank {rank}] done at update {reached}: {json.dumps(result)}")
     env.close()
 
 

@@ -117,6 +117,13 @@ class Backend(abc.ABC):
         what the job carries of its run directory; None when no job was started."""
         return None
 
+    def resubmit(self, run: Run, exclude: list[str]) -> str:
+        """Submit the run's job script again, in the same run directory (`submit --resume`),
+        leaving the named nodes out; return the new job id."""
+        from ..errors import HpctrainError
+        raise HpctrainError(f"the {self.name} backend cannot start a run again",
+                            fix="submit the job file again (a new run)")
+
     @abc.abstractmethod
     def cancel(self, run: Run) -> None:
         """Cancel the run (every task of an array)."""

@@ -68,6 +68,13 @@ class LocalBackend(Backend):
         run.update(pid=proc.pid, pid_start=_start_time(proc.pid), submitted_ts=time.time())
         return f"local-{proc.pid}"
 
+    def resubmit(self, run: Run, exclude: list[str]) -> str:
+        import types
+        # The ended job's exit status and cancel would be read as the new job's.
+        (run.path / "status" / "exit_code").unlink(missing_ok=True)
+        run.update(cancelled=None)
+        return self.submit(run, types.SimpleNamespace(script_name=self.script_name))  # one machine
+
     def adopt(self, run: Run) -> str | None:
         """The job script writes its own pid (status/pid) as its first act."""
         try:

@@ -71,6 +71,19 @@ class SlurmBackend(Backend):
                                 "profile; `hpctrain submit --dry-run` shows the script") from None
         return out.strip().split(";")[0]
 
+    def resubmit(self, run: Run, exclude: list[str]) -> str:
+        cmd = ["sbatch", "--parsable"]
+        if exclude:
+            cmd.append(f"--exclude={','.join(exclude)}")
+        try:
+            out = commands.run([*cmd, str(run.path / self.script_name)])
+        except commands.SchedulerError as exc:
+            raise HpctrainError(f"sbatch refused the resumed job: {exc.stderr or exc}",
+                                fix="check the nodes left out (`hpctrain status RUN`) against "
+                                "`sinfo`; the run's script is " + str(run.path / self.script_name)
+                                ) from None
+        return out.strip().split(";")[0]
+
     # ------------------------------------------------------------------------------ state
 
     def states(self, runs: list[Run]) -> list[JobState]:

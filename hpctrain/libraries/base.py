@@ -37,6 +37,10 @@ class Adapter:
     needs_all_gpus = True
     # The CPU shims (rank/cpu_shims.SHIMS) that run this library's distributed mode on CPU.
     cpu_shims: tuple[str, ...] = ("torch",)
+    # The hooks at the library's iteration boundaries (rank/train_hooks.HOOKS): progress, and
+    # save-and-stop after SIGTERM or the preemption signal, with the unmodified train script.
+    # None (a plain program): it reports and saves itself (hpctrain_progress, its own handler).
+    train_hooks: tuple[str, ...] = ()
     # Where the library writes checkpoints (globs relative to the run directory, newest wins)
     # and the arguments that resume from one ("{checkpoint}" = its path): see resume_args().
     checkpoint_globs: tuple[str, ...] = ()

@@ -22,6 +22,7 @@ class DiEngine(Adapter):
     # The serial pipeline's evaluator (by env step, by train iteration); the middleware logger's.
     main_scalars = ("evaluator_step/reward_mean", "evaluator_iter/reward_mean",
                     "basic/eval_episode_return_mean")
+    train_hooks = ("di_engine",)
     unset_env = ("SLURM_LOCALID", "SLURM_NTASKS")
     # ./<exp_name>/ckpt/iteration_<n>.pth.tar (rank 0, the learner's save hook). Resuming is a
     # config setting (policy.learn.learner.hook.load_ckpt_before_run), not a flag: none here.

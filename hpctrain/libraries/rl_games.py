@@ -26,6 +26,7 @@ class RlGames(IsaacLabAdapter):
     cpu_shims = ("torch", "rl_games")
     # a2c_common.py: the mean game reward by epoch, and by environment frame.
     main_scalars = ("rewards/iter", "rewards/step")
+    train_hooks = ("rl_games",)
     train_dir = "rl_games"
     # examples/rl/rl_games_pendulum.py (--out defaults to the run dir): rl-games' own file names.
     checkpoint_globs = ("checkpoints/nn/*.pth",)

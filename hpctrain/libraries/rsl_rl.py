@@ -12,6 +12,7 @@ class RslRl(IsaacLabAdapter):
     name = "rsl_rl"
     cpu_shims = ("torch", "rsl_rl")
     main_scalars = ("Train/mean_reward",)  # utils/logger.py, by learning iteration
+    train_hooks = ("rsl_rl",)
     train_dir = "rsl_rl"
     # examples/rl/rsl_rl_pendulum.py: runner.save() names, --checkpoint PATH.
     checkpoint_globs = ("checkpoints/model_*.pt",)

@@ -7,6 +7,7 @@ from .base import IsaacLabAdapter
 class Skrl(IsaacLabAdapter):
     name = "skrl"
     main_scalars = ("Reward / Total reward (mean)",)  # agents/*/base.py, by timestep
+    train_hooks = ("skrl",)
     train_dir = "skrl"
     # examples/rl/skrl_torch_pendulum.py: agent.save() names, --checkpoint PATH.
     checkpoint_globs = ("checkpoints/agent_*.pt",)

@@ -16,6 +16,7 @@ class SkrlJax(IsaacLabAdapter):
     torch_library = False
     cpu_shims = ("jax",)
     main_scalars = ("Reward / Total reward (mean)",)
+    train_hooks = ("skrl_jax",)
     train_dir = "skrl"
     launcher = "tasks"
     needs_all_gpus = False  # jax.distributed takes local_device_ids=JAX_LOCAL_RANK itself

@@ -5,6 +5,10 @@
     summarize RUN_DIR REASON STATUS [MSG]  write status/failure.json (the batch shell, on failure)
     probe facts|reach|gate ...             what a node says about itself (probe.py: site detect, doctor)
     container RUNTIME... -- RUN-ARGS...    one task's Podman/Docker container, signals forwarded
+    archive RUN_DIR                        move status/failure.json into status/failures.jsonl
+    recover RUN_DIR MAX_EXCLUDED           after a failure: "requeue NODES|-" or "end", and why
+    watch RUN_DIR TIMEOUT                  the hang watcher (exits 3 on a hang)
+    kill-ranks RUN_DIR                     end this node's ranks of the run (after a hang)
 
 Python runs this file with the folder as sys.path[0]. The folder is loaded as a package under a
 private name instead, so that its modules cannot shadow the program's (a user's `records.py`) or
@@ -28,8 +32,26 @@ else:
     _spec.loader.exec_module(_package)
     from _hpctrain_rank import bootstrap, container, preflight, probe  # noqa: E402
 
+_PACKAGE = bootstrap.__name__.rpartition(".")[0]
+
+
+def _module(name: str):
+    """A module of the rank side imported only by the command that needs it (a rank's start
+    imports none of them)."""
+    import importlib
+    return importlib.import_module(f"{_PACKAGE}.{name}")
+
 USAGE = ("usage: rank run CONFIG.json | preflight TIMEOUT | summarize RUN_DIR REASON STATUS "
-         "[MESSAGE] | probe ... | container RUNTIME... -- RUN-ARGS...")
+         "[MESSAGE] | probe ... | archive RUN_DIR | recover RUN_DIR MAX_EXCLUDED | "
+         "watch RUN_DIR TIMEOUT | kill-ranks RUN_DIR | container RUNTIME... -- RUN-ARGS...")
+
+
+def recover(run_dir: str, max_excluded: int) -> int:
+    """One line for the batch shell: "requeue NODE,NODE|- WHY" or "end - WHY"."""
+    requeue, nodes, why = _module("recovery").decide(run_dir, max_excluded,
+                                                     os.environ.get("SLURM_JOB_ID"))
+    print(f"{'requeue' if requeue else 'end'} {','.join(nodes) or '-'} {why}")
+    return 0
 
 
 def main(args: list[str]) -> int:
@@ -44,6 +66,15 @@ def main(args: list[str]) -> int:
         return bootstrap.summarize(rest[0], rest[1], int(rest[2]), " ".join(rest[3:]))
     if command == "probe":
         return probe.main(rest)
+    if command == "archive" and len(rest) == 1:
+        _module("records").archive_job_failure(rest[0])
+        return 0
+    if command == "recover" and len(rest) == 2 and rest[1].isdigit():
+        return recover(rest[0], int(rest[1]))
+    if command == "watch" and len(rest) == 2:
+        return _module("watch").watch(rest[0], float(rest[1]))
+    if command == "kill-ranks" and len(rest) == 1:
+        return _module("watch").kill_ranks(rest[0])
     print(USAGE, file=sys.stderr)
     return 2
 

@@ -7,15 +7,18 @@ container's), from the run directory's copy of hpctrain/rank/ (see __main__.py):
 
 It never creates the process group (every RL library does that itself, and a second init
 fails). In order, it: works out the rank's identity; tees the rank's output into
-logs/rank-R.log with a "[rank R]" prefix on the console; sets per-rank environment (threads,
-seed offset, quiet non-zero ranks); in CPU mode installs the library's CPU shims; pins
-cuda:LOCAL_RANK when torch is imported; meets the other ranks (the preflight's rank check);
-runs the program — read from bootstrap.json, so its arguments arrive byte-exact, untouched by
+logs/rank-R.log with a "[rank R]" prefix on the console; takes SIGTERM and the preemption signal
+as "save now" (stop.py) and SIGQUIT as "print every thread's stack" (the hang watcher's); sets
+per-rank environment (threads, seed offset, quiet non-zero ranks); in CPU mode installs the
+library's CPU shims; pins cuda:LOCAL_RANK when torch is imported; arms the library's train hooks
+(progress, save and stop at an iteration boundary: train_hooks.py); meets the other ranks (the
+preflight's rank check); runs the program — read from bootstrap.json, so its arguments arrive byte-exact, untouched by
 any shell or launcher — in this same process (so the above applies to it) and exits with its
 status, leaving status/rank-R.failed.json behind on failure.
 """
 from __future__ import annotations
 
+import faulthandler
 import glob
 import os
 import re
@@ -25,10 +28,11 @@ import socket
 import sys
 import traceback
 
+from . import stop
 from .hooks import after_import
 from .records import (JobFailure, RankConfig, RankFailure, RankIdentity, clear_rank_failure,
-                      first_failure, now, read_rank_failures, write_identity, write_job_failure,
-                      write_rank_failure)
+                      first_failure, now, read_job_failure, read_rank_failures, write_identity,
+                      write_job_failure, write_rank_failure)
 
 # ----------------------------------------------------------------------------- identity
 
@@ -283,6 +287,16 @@ def prepare_device(config: RankConfig, me: RankIdentity) -> None:
         pin_device(me)
 
 
+def arm_train_hooks(config: RankConfig, me: RankIdentity) -> None:
+    if not config.train_hooks:
+        return
+    from . import train_hooks
+    train_hooks.install(config.train_hooks)
+    if me.rank == 0:
+        print(f"hpctrain: train hooks: {', '.join(config.train_hooks)} (progress; save and stop "
+              "at the next iteration after SIGTERM or the preemption signal)", file=sys.stderr)
+
+
 # ----------------------------------------------------------------------------- running
 
 def run_program(argv: list[str]) -> int:
@@ -306,6 +320,10 @@ def run_program(argv: list[str]) -> int:
             runpy.run_module(target[1], run_name="__main__", alter_sys=True)
         else:
             runpy.run_path(target[1], run_name="__main__")
+    except stop.StopTraining:
+        # A library hook stopped the training where no wrapper of the library's train call
+        # could return normally: the checkpoint is written, the rest of the program is skipped.
+        return 0
     except SystemExit as exc:
         code = exc.code
         if code is None:
@@ -342,10 +360,21 @@ def summarize(run_dir: str, reason: str, status: int, message: str = "") -> int:
     """Write status/failure.json — why the job ended without success — and print one line.
 
     Called by the batch shell (`RUN_DIR/rank summarize RUN_DIR REASON STATUS [MESSAGE]`) when
-    the launch fails, the preflight fails, or a preempted job is not requeued. REASON: ranks |
-    preflight | preempted.
+    the launch fails, the preflight fails, a hang ended the ranks, the job was cancelled, or a
+    preempted job is not requeued. REASON: ranks | preflight | hang | preempted | cancelled.
+    The nodes the failure blames (recovery.blamed_nodes) are recorded with it.
     """
+    from .recovery import blamed_nodes
     ranks = read_rank_failures(run_dir, tasks=False)
+    nodes: list[str] = []
+    previous = read_job_failure(run_dir)
+    if reason == "hang" and previous is not None and previous.reason == "hang":
+        # The watcher's record names the stuck ranks: keep it, with the launch's exit status.
+        message = message or previous.message
+        nodes, ranks_out = list(previous.nodes), list(previous.ranks)
+    else:
+        ranks_out = [r.to_dict() for r in ranks]
+        nodes = blamed_nodes(run_dir, reason, ranks)
     if not message:
         first = first_failure(ranks)
         if first is not None:
@@ -357,10 +386,11 @@ def summarize(run_dir: str, reason: str, status: int, message: str = "") -> int:
             message = (f"the launch exited with status {status} and no rank recorded an error "
                        "(killed by a signal, or torchrun/srun failed): see logs/")
     write_job_failure(run_dir, JobFailure(
-        reason=reason, exit_status=status, message=message,
-        ranks=[r.to_dict() for r in ranks], job_id=os.environ.get("SLURM_JOB_ID"),
+        reason=reason, exit_status=status, message=message, ranks=ranks_out,
+        job_id=os.environ.get("SLURM_JOB_ID"),
         job_restart=int(os.environ.get("SLURM_RESTART_COUNT", 0)),
-        node=os.environ.get("SLURMD_NODENAME") or socket.gethostname(), time=now()))
+        node=os.environ.get("SLURMD_NODENAME") or socket.gethostname(), time=now(),
+        nodes=nodes))
     print(message)
     return 0
 
@@ -375,6 +405,10 @@ def main(config_path: str) -> int:
     tee_output(os.path.join(run_dir, "logs", f"rank-{me.rank}.log"), f"[rank {me.rank}] ")
     clear_rank_failure(status_dir, me.rank)  # an earlier attempt's: this attempt starts clean
     record_identity(status_dir, me)
+    stop.install(config.preempt_signal, status_dir, me.rank)
+    # The hang watcher sends SIGQUIT before it ends a stuck rank: the log then shows where
+    # every thread of it was (the faulthandler writes without the GIL, from a blocked process).
+    faulthandler.register(signal.SIGQUIT, all_threads=True, chain=False)
     # `import hpctrain_progress` works in any program under the bootstrap, whatever interpreter
     # runs it and whether hpctrain is installed there (rank/progress.py).
     from . import progress
@@ -384,6 +418,7 @@ def main(config_path: str) -> int:
         set_environment(config, me)
         program = prepare_resume(config, run_dir, list(config.program), me)
         prepare_device(config, me)
+        arm_train_hooks(config, me)
         if config.chdir_run_dir:
             # Programs that write under ./ (DI-engine's ./<exp_name>, Isaac Lab's ./logs) write
             # into the run; the program's own path still means what it did where it was submitted.

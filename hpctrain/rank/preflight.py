@@ -97,6 +97,21 @@ def join(head: str, port: int, me: str, deadline: float) -> str | None:
     return f"cannot reach the head {head}:{port}: {last}"
 
 
+def _record(nodes: list[str], message: str) -> None:
+    """status/preflight.json: the nodes the preflight blames (none when it passed), for
+    status/failure.json and the requeue that leaves them out (recovery.py)."""
+    run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
+    if not run_dir:
+        return
+    from .records import write_json
+    try:
+        os.makedirs(os.path.join(run_dir, "status"), exist_ok=True)
+        write_json(os.path.join(run_dir, "status", "preflight.json"),
+                   {"nodes": nodes, "message": message, "time": time.time()})
+    except OSError:
+        pass
+
+
 def nodes(timeout: float) -> int:
     """The node barrier (one task per node); returns the step's exit status."""
     env = os.environ
@@ -114,13 +129,16 @@ def nodes(timeout: float) -> int:
         result["ready"].wait()
         if result["error"]:
             _say(f"{me}: {result['error']}")
+            _record([me], result["error"])
             return 1
     problem = join(head, port, me, deadline)
     if server is not None:
         server.join(max(0.0, deadline - time.monotonic()) + 10)
         if result["missing"]:
-            _say(f"{', '.join(result['missing'])} did not reach the head {head}:{port} "
-                 f"within {timeout:g} s (preflight_timeout)")
+            text = (f"{', '.join(result['missing'])} did not reach the head {head}:{port} "
+                    f"within {timeout:g} s (preflight_timeout)")
+            _say(text)
+            _record(list(result["missing"]), text)
             return 1
     if problem:
         _say(f"{me}: {problem} (within {timeout:g} s)")
@@ -128,6 +146,7 @@ def nodes(timeout: float) -> int:
     if server is not None:
         _say(f"all {len(expected)} nodes reached {head}:{port} in "
              f"{time.monotonic() - start:.2f} s")
+        _record([], "passed")
     return 0
 
 

@@ -6,7 +6,9 @@ hang detection that ends a job in which no rank moves any more.
 
 report() is cheap enough to call every iteration: it writes RUN_DIR/status/progress-R.json
 (records.Progress) at most once a second (and always on the first call), atomically; a report
-the rate limit held back is written when the process exits, so the last step is never lost. The
+the rate limit held back is written by a timer once the second is over (and when the process
+exits), so the last step is never lost — not even by a rank that blocks right after reporting,
+whose step the hang watcher compares with the others' to name it. The
 library hooks of the rank side call it at every iteration boundary of the RL libraries; a plain
 program calls it itself. Outside an hpctrain run (no HPCTRAIN_RUN_DIR) it does nothing.
 """
@@ -14,13 +16,15 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 import time
 
 from .records import Progress, write_progress
 
 MIN_INTERVAL = 1.0  # seconds between two writes of one rank's file
 
-_state = {"last_write": 0.0, "first": None, "first_step": None, "pending": None}
+_state = {"last_write": 0.0, "first": None, "first_step": None, "pending": None, "timer": None}
+_lock = threading.Lock()
 
 
 def report(step: int, **metrics: float) -> None:
@@ -30,20 +34,28 @@ def report(step: int, **metrics: float) -> None:
     if not run_dir:
         return
     now = time.time()
-    if _state["first"] is None:
-        _state["first"], _state["first_step"] = now, step
-        atexit.register(_flush)
-    elif now - _state["last_write"] < MIN_INTERVAL:
-        _state["pending"] = (step, metrics, now)
-        return
-    _write(run_dir, step, metrics, now)
+    with _lock:
+        if _state["first"] is None:
+            _state["first"], _state["first_step"] = now, step
+            atexit.register(_flush)
+        elif now - _state["last_write"] < MIN_INTERVAL:
+            _state["pending"] = (step, metrics, now)
+            if _state["timer"] is None:
+                timer = threading.Timer(MIN_INTERVAL - (now - _state["last_write"]), _flush)
+                timer.daemon = True
+                _state["timer"] = timer
+                timer.start()
+            return
+        _write(run_dir, step, metrics, now)
 
 
 def _flush() -> None:
-    pending, _state["pending"] = _state["pending"], None
-    run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
-    if pending and run_dir:
-        _write(run_dir, *pending)
+    with _lock:
+        _state["timer"] = None
+        pending, _state["pending"] = _state["pending"], None
+        run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
+        if pending and run_dir:
+            _write(run_dir, *pending)
 
 
 def _write(run_dir: str, step: int, metrics: dict, now: float) -> None:

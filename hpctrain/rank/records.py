@@ -5,7 +5,10 @@
     status/rank-R.json       RankIdentity   written by rank R at start: node, pid
     status/rank-R.failed.json RankFailure   written by rank R when its program failed
     status/progress-R.json   Progress       written by rank R as its training advances
-    status/failure.json      JobFailure     written by the batch shell when the job failed
+    status/stop-R.json       StopRequest    written by rank R when SIGTERM or the preemption signal came
+    status/failure.json      JobFailure     why the job's latest attempt ended without success
+    status/failures.jsonl    JobFailure     the earlier ones, one a line (archive_job_failure)
+    status/excluded.json     ExcludedNode   the nodes this run no longer runs on, and why
 
 Standard library only: the ranks write these (under whatever interpreter the job uses) and the
 submitting side reads them. A record that is not valid JSON, or holds a value of the wrong type,
@@ -130,6 +133,7 @@ class RankConfig:
     checkpoint_patterns: list = field(default_factory=list)
     resume_args: list = field(default_factory=list)
     rank_check_timeout: float | None = None  # the preflight's rank meeting; None: none
+    train_hooks: list = field(default_factory=list)  # names in rank/train_hooks.HOOKS
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -177,15 +181,19 @@ class RankFailure:
 
 @dataclass
 class JobFailure:
-    """status/failure.json: why the job ended without success, written by the batch shell."""
-    reason: str  # ranks | preflight | preempted | ...
+    """status/failure.json: why the job ended without success (the batch shell), or why its
+    ranks were stopped (the hang watcher)."""
+    reason: str  # ranks | preflight | preempted | cancelled | hang | ...
     exit_status: int
     message: str
-    ranks: list = field(default_factory=list)  # RankFailure dicts
+    ranks: list = field(default_factory=list)  # RankFailure dicts (a hang: the stuck ranks)
     job_id: str | None = None
     job_restart: int = 0
-    node: str | None = None
+    node: str | None = None  # where the batch shell ran
     time: str = ""
+    # The nodes this failure blames (rank/recovery.py): the preflight's unreachable ones, a
+    # hang's stuck ranks' (when not every node's), a rank's node on a hardware error.
+    nodes: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -325,6 +333,107 @@ def read_job_failure(run_dir: str) -> JobFailure | None:
         return JobFailure(reason="unknown", exit_status=1, message=f"unreadable: {exc}")
 
 
+def archive_job_failure(run_dir: str) -> bool:
+    """Move status/failure.json to the end of status/failures.jsonl: a new attempt starts, or
+    the job succeeded after all (a restart after a hang). True when there was one."""
+    status_dir = os.path.join(run_dir, "status")
+    path = os.path.join(status_dir, "failure.json")
+    try:
+        data = read_json(path)
+    except FileNotFoundError:
+        return False
+    except (OSError, RecordError) as exc:
+        data = {"reason": "unknown", "exit_status": 1, "message": f"unreadable: {exc}"}
+    with open(os.path.join(status_dir, "failures.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(data, sort_keys=True) + "\n")
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+    return True
+
+
+def read_job_failures(run_dir: str) -> list[JobFailure]:
+    """Every earlier failure of the run (status/failures.jsonl), oldest first; damaged lines
+    are left out."""
+    path = os.path.join(run_dir, "status", "failures.jsonl")
+    out = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            out.append(_build(JobFailure, json.loads(line), path))
+        except (ValueError, RecordError):
+            continue
+    return out
+
+
+# ----------------------------------------------------------------------------- stop, exclusion
+
+@dataclass
+class StopRequest:
+    """status/stop-R.json: rank R received SIGTERM or the preemption signal ("save now")."""
+    rank: int
+    signal: str  # TERM, USR2, ...
+    time: float
+    job_id: str | None = None
+    job_restart: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return _asdict(self)
+
+
+def write_stop_request(status_dir: str, request: StopRequest) -> None:
+    os.makedirs(status_dir, exist_ok=True)
+    write_json(os.path.join(status_dir, f"stop-{request.rank}.json"), request.to_dict(), indent=None)
+
+
+@dataclass
+class ExcludedNode:
+    """One entry of status/excluded.json: a node the run's next allocations leave out."""
+    node: str
+    reason: str  # the failure's reason: preflight | hang | ranks
+    message: str
+    time: str = ""
+    job_id: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return _asdict(self)
+
+
+def excluded_path(run_dir: str) -> str:
+    return os.path.join(run_dir, "status", "excluded.json")
+
+
+def read_excluded(run_dir: str) -> list[ExcludedNode]:
+    path = excluded_path(run_dir)
+    try:
+        data = read_json(path)
+    except FileNotFoundError:
+        return []
+    except (OSError, RecordError):
+        return []
+    if not isinstance(data, list):
+        return []
+    out = []
+    for item in data:
+        try:
+            out.append(_build(ExcludedNode, item, path))
+        except RecordError:
+            continue
+    return out
+
+
+def write_excluded(run_dir: str, nodes: list[ExcludedNode]) -> None:
+    os.makedirs(os.path.join(run_dir, "status"), exist_ok=True)
+    write_json(excluded_path(run_dir), [n.to_dict() for n in nodes])
+
+
 # ----------------------------------------------------------------------------- run.json
 
 @dataclass
@@ -363,6 +472,8 @@ class RunRecord:
     submitit_folder: str | None = None
     function: dict = field(default_factory=dict)  # function runs: what ran (module, source hash)
     after: list = field(default_factory=list)  # runs it waits for: [{mode, run_id, job_id, path}]
+    snapshot: dict = field(default_factory=dict)  # the code copied into the run (hpctrain/snapshot.py)
+    jobs: list = field(default_factory=list)  # earlier job ids of this run (submit --resume)
     extra: dict = field(default_factory=dict)
 
     @classmethod

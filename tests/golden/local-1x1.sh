@@ -15,6 +15,11 @@ record_failure() {  # REASON STATUS [MESSAGE]
   out=$(python "$RUN_DIR/rank" summarize "$RUN_DIR" "$@" 2>&1) || out="could not write status/failure.json: $out"
   while IFS= read -r line; do log "failure: $line"; done <<<"$out"
 }
+# An earlier attempt's failure (the one that requeued this job, a hang a restart got past) goes
+# to status/failures.jsonl: failure.json speaks of this attempt only.
+archive_failure() {
+  [[ ! -e "$RUN_DIR/status/failure.json" ]] || python "$RUN_DIR/rank" archive "$RUN_DIR" || true
+}
 # The local backend learns which process the job is from status/pid (written first, so that a
 # submit killed before it recorded the pid leaves a job it can still find), and how it ended
 # from status/exit_code.
@@ -22,6 +27,7 @@ echo $$ >"$RUN_DIR/status/pid"
 trap 'echo $? >"$RUN_DIR/status/exit_code"' EXIT
 
 # --- environment ----------------------------------------------------------------------------
+archive_failure
 # The scheduler hands the submitting shell's environment to the job: a shell that ran torchrun,
 # a JAX job or an earlier hpctrain rank would give every rank here a stale identity. Start clean.
 unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_ADDR MASTER_PORT \
@@ -29,6 +35,13 @@ unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_AD
   JAX_COORDINATOR_ADDR JAX_COORDINATOR_PORT HPCTRAIN_RANK HPCTRAIN_IS_MAIN HPCTRAIN_SEED \
   HPCTRAIN_BASE_SEED HPCTRAIN_RESUME_FROM HPCTRAIN_JOB_ID
 cd /work/job
+# The program runs from the copy of the code taken at submit (hpctrain/snapshot.py), so that
+# edits made since — before a requeue, say — do not change what this run trains.
+cd /runs/ddp-check/RUN_ID/code
+export WANDB_RUN_ID=run_id
+export WANDB_RESUME=allow
+export WANDB_DIR=/runs/ddp-check/RUN_ID
+export HPCTRAIN_TENSORBOARD_DIR=/runs/ddp-check/RUN_ID/tensorboard
 export HPCTRAIN_RUN_DIR=/runs/ddp-check/RUN_ID
 export HPCTRAIN_JOB_NAME=ddp-check
 export HPCTRAIN_SITE=local
@@ -56,4 +69,5 @@ if (( STATUS != 0 )); then
   record_failure ranks "$STATUS"
   die "the ranks exited with status $STATUS; per-rank logs: $RUN_DIR/logs/rank-*.log"
 fi
+archive_failure
 log "done: all ranks exited 0"

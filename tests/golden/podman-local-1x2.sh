@@ -15,6 +15,11 @@ record_failure() {  # REASON STATUS [MESSAGE]
   out=$(python3 "$RUN_DIR/rank" summarize "$RUN_DIR" "$@" 2>&1) || out="could not write status/failure.json: $out"
   while IFS= read -r line; do log "failure: $line"; done <<<"$out"
 }
+# An earlier attempt's failure (the one that requeued this job, a hang a restart got past) goes
+# to status/failures.jsonl: failure.json speaks of this attempt only.
+archive_failure() {
+  [[ ! -e "$RUN_DIR/status/failure.json" ]] || python3 "$RUN_DIR/rank" archive "$RUN_DIR" || true
+}
 # The local backend learns which process the job is from status/pid (written first, so that a
 # submit killed before it recorded the pid leaves a job it can still find), and how it ended
 # from status/exit_code.
@@ -22,6 +27,7 @@ echo $$ >"$RUN_DIR/status/pid"
 trap 'echo $? >"$RUN_DIR/status/exit_code"' EXIT
 
 # --- environment ----------------------------------------------------------------------------
+archive_failure
 # The scheduler hands the submitting shell's environment to the job: a shell that ran torchrun,
 # a JAX job or an earlier hpctrain rank would give every rank here a stale identity. Start clean.
 unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_ADDR MASTER_PORT \
@@ -29,6 +35,13 @@ unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_AD
   JAX_COORDINATOR_ADDR JAX_COORDINATOR_PORT HPCTRAIN_RANK HPCTRAIN_IS_MAIN HPCTRAIN_SEED \
   HPCTRAIN_BASE_SEED HPCTRAIN_RESUME_FROM HPCTRAIN_JOB_ID
 cd /work/job
+# The program runs from the copy of the code taken at submit (hpctrain/snapshot.py), so that
+# edits made since — before a requeue, say — do not change what this run trains.
+cd /runs/ddp-check/RUN_ID/code
+export WANDB_RUN_ID=run_id
+export WANDB_RESUME=allow
+export WANDB_DIR=/runs/ddp-check/RUN_ID
+export HPCTRAIN_TENSORBOARD_DIR=/runs/ddp-check/RUN_ID/tensorboard
 export HPCTRAIN_RUN_DIR=/runs/ddp-check/RUN_ID
 export HPCTRAIN_JOB_NAME=ddp-check
 export HPCTRAIN_SITE=local
@@ -49,7 +62,7 @@ export HPCTRAIN_HEAD=localhost
 # Through hpctrain's supervisor (rank/container.py): it forwards the step's signals to every
 # process of the container and leaves no container behind. Variables pass by name (--env NAME).
 # shellcheck disable=SC2154
-CONTAINER=(python3 /runs/ddp-check/RUN_ID/rank container podman -- --network=host --init --env HPCTRAIN_RUN_DIR --env HPCTRAIN_JOB_NAME --env HPCTRAIN_SITE --env HPCTRAIN_LIBRARY --env HPCTRAIN_JOB_ID --env HPCTRAIN_PORT --env HPCTRAIN_SPARE_PORT --env HPCTRAIN_HEAD --env HPCTRAIN_NODES --env SLURM_JOB_ID --env SLURM_STEP_ID --env SLURM_PROCID --env SLURM_LOCALID --env SLURM_NODEID --env SLURM_NTASKS --env SLURM_NTASKS_PER_NODE --env SLURM_CPUS_PER_TASK --env SLURMD_NODENAME --env SLURM_JOB_NODELIST --env SLURM_RESTART_COUNT --env SLURM_ARRAY_JOB_ID --env SLURM_ARRAY_TASK_ID --env CUDA_VISIBLE_DEVICES --env NVIDIA_VISIBLE_DEVICES -v /runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID -v /work/job:/work/job --workdir /work/job localhost/hpctrain-test:latest)
+CONTAINER=(python3 /runs/ddp-check/RUN_ID/rank container podman -- --network=host --init --env WANDB_RUN_ID --env WANDB_RESUME --env WANDB_DIR --env HPCTRAIN_TENSORBOARD_DIR --env HPCTRAIN_RUN_DIR --env HPCTRAIN_JOB_NAME --env HPCTRAIN_SITE --env HPCTRAIN_LIBRARY --env HPCTRAIN_JOB_ID --env HPCTRAIN_PORT --env HPCTRAIN_SPARE_PORT --env HPCTRAIN_HEAD --env HPCTRAIN_NODES --env SLURM_JOB_ID --env SLURM_STEP_ID --env SLURM_PROCID --env SLURM_LOCALID --env SLURM_NODEID --env SLURM_NTASKS --env SLURM_NTASKS_PER_NODE --env SLURM_CPUS_PER_TASK --env SLURMD_NODENAME --env SLURM_JOB_NODELIST --env SLURM_RESTART_COUNT --env SLURM_ARRAY_JOB_ID --env SLURM_ARRAY_TASK_ID --env CUDA_VISIBLE_DEVICES --env NVIDIA_VISIBLE_DEVICES -v /runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID -v /work/job:/work/job --workdir /work/job localhost/hpctrain-test:latest)
 
 
 # --- launch ---------------------------------------------------------------------------------
@@ -65,4 +78,5 @@ if (( STATUS != 0 )); then
   record_failure ranks "$STATUS"
   die "the ranks exited with status $STATUS; per-rank logs: $RUN_DIR/logs/rank-*.log"
 fi
+archive_failure
 log "done: all ranks exited 0"

@@ -28,68 +28,149 @@ record_failure() {  # REASON STATUS [MESSAGE]
   out=$(python "$RUN_DIR/rank" summarize "$RUN_DIR" "$@" 2>&1) || out="could not write status/failure.json: $out"
   while IFS= read -r line; do log "failure: $line"; done <<<"$out"
 }
+# An earlier attempt's failure (the one that requeued this job, a hang a restart got past) goes
+# to status/failures.jsonl: failure.json speaks of this attempt only.
+archive_failure() {
+  [[ ! -e "$RUN_DIR/status/failure.json" ]] || python "$RUN_DIR/rank" archive "$RUN_DIR" || true
+}
 
 # --- requeue (Slurm) --------------------------------------------------------------------------
-# After a preemption: requeue from this shell, on the host (the training process may run in a
-# container without scontrol). Capped by SLURM_RESTART_COUNT, which Slurm leaves unset on the
-# first run.
-requeue_or_end() {
-  local count=${SLURM_RESTART_COUNT:-0} ref=$SLURM_JOB_ID
-  if [[ -n "${SLURM_ARRAY_JOB_ID:-}" && -n "${SLURM_ARRAY_TASK_ID:-}" ]]; then
-    ref="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"  # this task, not the whole array
+# Requeue from this shell, on the host (the training process may run in a container without
+# scontrol), capped by SLURM_RESTART_COUNT, which Slurm leaves unset on the first run.
+JOB_REF=$SLURM_JOB_ID
+if [[ -n "${SLURM_ARRAY_JOB_ID:-}" && -n "${SLURM_ARRAY_TASK_ID:-}" ]]; then
+  JOB_REF="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"  # this task, not the whole array
+fi
+
+# Slurm's view of this job: "ending" while it is cancelled (scancel) or timed out — never
+# requeued —, "preempted" once a preemption is under way (PreemptTime is set: the ranks got
+# SIGTERM, this shell gets it only at the end of the grace time), "running" otherwise (the
+# time-limit warning, or a signal sent by hand or a site's tooling).
+job_view() {
+  local info
+  info=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null) || { echo running; return; }
+  case " $info " in
+    *" JobState=RUNNING "*) ;;
+    *) echo ending; return ;;
+  esac
+  case " $info " in
+    *" PreemptTime=None "*) echo running ;;
+    *) echo preempted ;;
+  esac
+}
+
+# Requeue now, leaving NODES (comma-separated) out of the next allocation. Slurm ends this
+# shell at once; a job's ExcNodeList can change only while it is pending, so with nodes to
+# leave out it is requeued held, changed, released — those three with the signals ignored.
+requeue_job() {  # [NODES]
+  local nodes=${1:-} out current all
+  if [[ -z "$nodes" ]]; then
+    out=$(scontrol requeue "$JOB_REF" 2>&1) || { record_failure requeue 75 "scontrol requeue $JOB_REF failed: $out"; die "scontrol requeue $JOB_REF failed: $out"; }
+  else
+    current=$(scontrol -o show job "$SLURM_JOB_ID" | grep -o 'ExcNodeList=[^ ]*' | cut -d= -f2) || true
+    [[ "$current" != "(null)" ]] || current=""
+    all=$( { [[ -z "$current" ]] || scontrol show hostnames "$current"; tr ',' '\n' <<<"$nodes"; } | sort -u | paste -sd, -)
+    out=$(trap '' TERM HUP INT; scontrol requeuehold "$JOB_REF" 2>&1 && scontrol update JobId="$JOB_REF" ExcNodeList="$all" 2>&1 && scontrol release "$JOB_REF" 2>&1) || { record_failure requeue 75 "requeue of $JOB_REF without $all failed: $out"; die "requeue of $JOB_REF without $all failed: $out"; }
   fi
-  if (( count >= 3 )); then
-    record_failure preempted 75 "preempted and not requeued: job $ref has been requeued $count time(s), the limit is preemption.max_requeues=3; resubmit the run to resume"
-    log "preemption: not requeueing: job $ref has been requeued $count time(s), the limit is preemption.max_requeues=3"
-    exit 75
-  fi
-  log "preemption: requeueing job $ref (requeue $(( count + 1 )) of at most 3); the next run resumes from the newest checkpoint"
-  local out
-  out=$(scontrol requeue "$ref" 2>&1) || { record_failure preempted 75 "scontrol requeue $ref failed: $out"; die "preemption: scontrol requeue $ref failed: $out"; }
   # Slurm now ends this run (SIGTERM, then SIGKILL) and queues the job again.
   sleep 300 &
   wait $! || true
   exit 0
 }
 
-# --- preemption (hpctrain/survive.py) ---------------------------------------------------------
-# The scheduler sends SIGUSR2 to this shell 120 s (up to 60 s more) before the time limit,
-# or when the job is preempted. It is forwarded to the ranks; they get 90 s to save, then
-# requeue_or_end (above) decides.
-PREEMPTED=0
-PREEMPTED_AT=0
-on_preempt() {
-  if (( PREEMPTED )); then
-    log "preemption: SIGUSR2 again; already handling it"
+# After a signal: requeue (the next run resumes from the newest checkpoint), or end.
+requeue_or_end() {  # VIEW
+  local why="the time-limit warning or a signal sent to the job"
+  [[ "$1" != preempted ]] || why="preempted by the scheduler"
+  local count=${SLURM_RESTART_COUNT:-0}
+  if (( count >= 3 )); then
+    record_failure preempted 75 "$why and not requeued: job $JOB_REF has been requeued $count time(s), the limit is preemption.max_requeues=3; hpctrain submit --resume $RUN_DIR continues it"
+    log "preemption: not requeueing: job $JOB_REF has been requeued $count time(s), the limit is preemption.max_requeues=3"
+    exit 75
+  fi
+  log "preemption: $why: requeueing job $JOB_REF (requeue $(( count + 1 )) of at most 3); the next run resumes from the newest checkpoint"
+  requeue_job
+}
+
+# After a failure recorded in status/failure.json: a requeue when it may help (a node's fault,
+# a hang: rank/recovery.py), leaving the nodes it blames out; otherwise the caller ends the job.
+requeue_after_failure() {
+  local count=${SLURM_RESTART_COUNT:-0} verdict="" nodes="" why=""
+  read -r verdict nodes why < <(python "$RUN_DIR/rank" recover "$RUN_DIR" 2 2>&1) || true
+  if [[ "$verdict" != requeue ]]; then
+    log "recovery: not requeueing: ${why:-$verdict}"
+    return 0
+  fi
+  if (( count >= 3 )); then
+    log "recovery: not requeueing after the $why: job $JOB_REF has been requeued $count time(s), the limit is preemption.max_requeues=3"
+    return 0
+  fi
+  [[ "$nodes" != "-" ]] || nodes=""
+  log "recovery: $why: requeueing job $JOB_REF${nodes:+ without $nodes} (requeue $(( count + 1 )) of at most 3); the next run resumes from the newest checkpoint"
+  requeue_job "$nodes"
+}
+
+# --- preemption and SIGTERM (hpctrain/survive.py) ----------------------------------------------
+# The scheduler sends SIGUSR2 to this shell 120 s (up to 60 s more) before the time limit; a
+# preemption or a cancel sends SIGTERM (a preemption only to the ranks, until its grace time ends).
+# Either means "save now": it is forwarded to the ranks, which get 90 s to save; then the
+# scheduler's view of the job decides (job_view, above): cancelled -> the job ends; preempted or
+# still running -> requeue_or_end.
+SIGNALLED=""
+SIGNALLED_AT=0
+on_signal() {  # SIG
+  if [[ -n "$SIGNALLED" ]]; then
+    log "preemption: SIG$1 (already handling SIG$SIGNALLED)"
     return
   fi
-  PREEMPTED=1
-  PREEMPTED_AT=$SECONDS
+  SIGNALLED=$1
+  SIGNALLED_AT=$SECONDS
   if [[ -n "${CHILD:-}" ]] && kill -0 "$CHILD" 2>/dev/null; then
-    log "preemption: SIGUSR2 received; forwarded to the ranks, they have 90 s to save"
-    kill -s USR2 "$CHILD" 2>/dev/null || log "preemption: could not forward SIGUSR2 (the launch just ended?)"
+    log "preemption: SIG$1 received; forwarded to the ranks, they have 90 s to save"
+    kill -s "$1" "$CHILD" 2>/dev/null || log "preemption: could not forward SIG$1 (the launch just ended?)"
   else
-    log "preemption: SIGUSR2 received before the ranks started"
+    log "preemption: SIG$1 received before the ranks started"
   fi
 }
-trap on_preempt USR2
+trap 'on_signal USR2' USR2
+trap 'on_signal TERM' TERM
 
 # After the forwarded signal: give the ranks the grace period to save and exit.
 wait_for_grace() {
-  local deadline=$(( PREEMPTED_AT + 90 ))
+  local deadline=$(( SIGNALLED_AT + 90 ))
   while kill -0 "$CHILD" 2>/dev/null && (( SECONDS < deadline )); do
-    sleep 1
+    sleep 1 &
+    wait $! || true
   done
   if kill -0 "$CHILD" 2>/dev/null; then
     log "preemption: the ranks still run after the grace period (90 s, preemption.grace)"
-    return 1
+    return
   fi
   STATUS=0
   wait "$CHILD" || STATUS=$?
-  log "preemption: the ranks exited (status $STATUS) $(( SECONDS - PREEMPTED_AT )) s after the signal"
+  REAPED=1
+  log "preemption: the ranks exited (status $STATUS) $(( SECONDS - SIGNALLED_AT )) s after the signal"
+}
+
+# The ranks write status/stop-R.json when a signal reaches them (rank/stop.py): a preemption
+# signals them, not this shell.
+ranks_signalled() {
+  compgen -G "$RUN_DIR/status/stop-*.json" >/dev/null
+}
+
+# After a signal (this shell's, or the ranks' and the scheduler says it preempts the job).
+after_signal() {  # VIEW
+  local view=$1 sig=${SIGNALLED:-TERM}
+  if [[ "$view" == ending ]]; then
+    record_failure cancelled 143 "SIG$sig: the job was cancelled or reached its time limit (the scheduler is ending it): not requeued; hpctrain submit --resume $RUN_DIR continues it"
+    log "preemption: SIG$sig and the scheduler is ending the job (cancelled, or its time limit): not requeueing"
+    exit 143
+  fi
+  requeue_or_end "$view"
 }
 
 # --- environment ----------------------------------------------------------------------------
+archive_failure
 # The scheduler hands the submitting shell's environment to the job: a shell that ran torchrun,
 # a JAX job or an earlier hpctrain rank would give every rank here a stale identity. Start clean.
 unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_ADDR MASTER_PORT \
@@ -123,8 +204,16 @@ source /opt/venv/bin/activate
 } || setup_failed "setup line 1 failed:" 'source /opt/venv/bin/activate'
 set "$SETUP_PIPEFAIL" pipefail
 [[ "$SETUP_FLAGS" != *u* ]] || set -u
+# The program runs from the copy of the code taken at submit (hpctrain/snapshot.py), so that
+# edits made since — before a requeue, say — do not change what this run trains.
+cd /runs/ddp-check/RUN_ID/code
 export NCCL_SOCKET_IFNAME=ib
 export NCCL_IB_HCA=mlx5
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=90
+export WANDB_RUN_ID=run_id
+export WANDB_RESUME=allow
+export WANDB_DIR=/runs/ddp-check/RUN_ID
+export HPCTRAIN_TENSORBOARD_DIR=/runs/ddp-check/RUN_ID/tensorboard
 export HPCTRAIN_RUN_DIR=/runs/ddp-check/RUN_ID
 export HPCTRAIN_JOB_NAME=ddp-check
 export HPCTRAIN_SITE=ib-suffix
@@ -154,7 +243,7 @@ log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | p
 
 # --- launch ---------------------------------------------------------------------------------
 # torchrun's agent does not handle SIGUSR2, whose default action would kill it and its ranks
-# unsaved: start it with the signal ignored. The ranks inherit that; the program installs its own handler.
+# unsaved: start it with the signal ignored. Each rank's bootstrap takes it (rank/stop.py).
 # shellcheck disable=SC2016
 AGENT=(bash -c 'trap "" USR2; exec "$@"' hpctrain-agent)
 LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=32 --gres=gpu:a100:4 --kill-on-bad-exit=1
@@ -174,27 +263,44 @@ PREFLIGHT_OUT=$(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --
 if (( PREFLIGHT_STATUS != 0 )); then
   PROBLEM=$(grep 'hpctrain preflight:' <<<"$PREFLIGHT_OUT" | sed 's/^.*hpctrain preflight: //' | paste -sd';' -) || true
   record_failure preflight "$PREFLIGHT_STATUS" "preflight failed: ${PROBLEM:-$PREFLIGHT_OUT}"
+  requeue_after_failure
   die "preflight failed (status $PREFLIGHT_STATUS): ${PROBLEM:-see above}"
 fi
-(( ! PREEMPTED )) || requeue_or_end
+[[ -z "$SIGNALLED" ]] || after_signal "$(job_view)"
+rm -f "$RUN_DIR"/status/stop-*.json  # an earlier attempt's
 log "launch: ${LAUNCH[*]}"
 # In the background, so that signals reach this shell's traps while the ranks run.
 "${LAUNCH[@]}" &
 CHILD=$!
 STATUS=0
-wait "$CHILD" || STATUS=$?
-# A trapped signal interrupts `wait` while the launch still runs.
+REAPED=0
+# Once a second (a trapped signal cuts the wait short): a signal to handle, a hang to end.
 while kill -0 "$CHILD" 2>/dev/null; do
-  if (( PREEMPTED )); then
-    wait_for_grace || true
+  if [[ -n "$SIGNALLED" ]]; then
+    wait_for_grace
     break
   fi
-  STATUS=0
-  wait "$CHILD" || STATUS=$?
+  sleep 1 &
+  wait $! || true
 done
-(( ! PREEMPTED )) || requeue_or_end
+if (( ! REAPED )); then
+  if kill -0 "$CHILD" 2>/dev/null; then
+    STATUS=124  # still running after the grace period
+  else
+    wait "$CHILD" || STATUS=$?
+  fi
+fi
+if [[ -n "$SIGNALLED" ]]; then
+  after_signal "$(job_view)"
+elif (( STATUS != 0 )) || ranks_signalled; then
+  # A preemption signals the ranks only: they stopped (or died) on their own.
+  VIEW=$(job_view)
+  [[ "$VIEW" == running ]] || after_signal "$VIEW"
+fi
 if (( STATUS != 0 )); then
   record_failure ranks "$STATUS"
+  requeue_after_failure
   die "the ranks exited with status $STATUS; per-rank logs: $RUN_DIR/logs/rank-*.log"
 fi
+archive_failure
 log "done: all ranks exited 0"

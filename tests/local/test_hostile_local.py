@@ -46,7 +46,11 @@ def test_payloads_reach_the_program_byte_exact(cli, tmp_path):
     for rank in seen:
         assert rank["argv"] == payloads
         assert {k: rank["env"].get(k) for k in env} == env
-        assert rank["cwd"] == str(weird) and rank["script"] == str(program)
+        # The job runs the copy of its code taken at submit (hpctrain/snapshot.py), in the run.
+        code = run_dir / "code"
+        assert rank["cwd"] == str(code) and rank["script"] == str(code / program.name)
+    assert (code / program.name).read_bytes() == program.read_bytes()
+    assert not (code / "runs $(x) 'r'").exists()  # the runs directory is never copied
     assert not canary.exists() and not (weird / "CANARY").exists()
 
 

@@ -43,7 +43,9 @@ def test_payloads_reach_the_program_byte_exact_on_two_nodes(cli, cluster, tmp_pa
     for rank in seen:
         assert rank["argv"] == payloads
         assert {k: rank["env"].get(k) for k in env} == env
-        assert rank["cwd"] == str(weird) and rank["script"] == str(program)
+        # The job runs the copy of its code taken at submit (hpctrain/snapshot.py), in the run.
+        code = run_dir / "code"
+        assert rank["cwd"] == str(code) and rank["script"] == str(code / program.name)
     assert not canary.exists() and not (weird / "CANARY").exists()
 
 

@@ -53,3 +53,17 @@ def test_a_command_parses_the_same_with_only_its_own_subparser():
         want, got = vars(full.parse_args(argv)), vars(one.parse_args(argv))
         assert want == got, name
     assert build_parser("rendr") is None  # a typo gets the whole parser, whose error lists the commands
+
+
+def test_submit_resume_errors_exit_2(cli, tmp_path):
+    """`submit --resume RUN` takes no job file or overrides; a run that is not there, or that
+    is still going, is refused with a fix, never a traceback."""
+    job = tmp_path / "job.yaml"
+    job.write_text("name: r\nscript: t.py\n")
+    (tmp_path / "t.py").write_text("")
+    for args, text in ((["submit"], "submit needs a job file (or --resume RUN)"),
+                       (["submit", "--resume", "x", job], "--resume RUN starts that run's own job"),
+                       (["submit", "--resume", "nope-nope"], "no run 'nope-nope' found")):
+        proc = cli(*args, check=False)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert text in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -60,6 +60,7 @@ JOB_FIELDS = {
     "preemption.signal": lambda v: {"preemption": {"signal": v}},
     "sweep.value": lambda v: {"sweep": {"grid": {"env.HOSTILE": [v, "x"]}}},
     "sweep.key": lambda v: {"sweep": {"grid": {v: ["1", "2"]}}},
+    "snapshot.exclude": lambda v: {"snapshot": {"exclude": [v]}},
     "site": lambda v: {"site": v},
     "resources.mem_per_cpu": lambda v: {"resources": {"mem_per_cpu": v}},
     "sbatch.value": lambda v: {"sbatch": {"comment": v}},
@@ -159,6 +160,7 @@ class Rendered:
         script = run_dir / "job.sh"
         script.write_text(self.prep.script)
         (run_dir / "bootstrap.json").write_text(json.dumps(self.prep.plan.bootstrap))
+        Path(self.prep.plan.workdir).mkdir(parents=True, exist_ok=True)  # the code snapshot's place
         proc = subprocess.run(["bash", str(script)], capture_output=True, text=True,
                               cwd=self.tmp, env=dict(os.environ, HOSTILE_RECORD=str(self.tmp / "launch")),
                               timeout=60)
@@ -174,7 +176,8 @@ class Rendered:
         plan = self.prep.plan
         assert seen["argv"][:len(plan.python) - 1] == plan.python[1:]
         assert seen["argv"][-3:] == [str(run_dir / "rank"), "run", str(run_dir / "bootstrap.json")]
-        assert seen["cwd"] == self.job.workdir
+        assert seen["cwd"] == self.prep.plan.workdir  # the snapshot's copy of the job's directory
+        assert self.prep.plan.setup_dir == self.job.workdir
         for key, value in plan.env.items():
             assert seen["env"].get(key) == value, key
         for rec in records:

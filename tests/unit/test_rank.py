@@ -239,7 +239,7 @@ def test_progress_reports_are_rate_limited_and_read_back(tmp_path, monkeypatch):
     monkeypatch.setenv("HPCTRAIN_RUN_DIR", str(tmp_path))
     monkeypatch.setenv("HPCTRAIN_RANK", "3")
     monkeypatch.setattr(progress, "_state", {"last_write": 0.0, "first": None, "first_step": None,
-                                             "pending": None})
+                                             "pending": None, "timer": None})
     clock = iter([100.0, 100.5, 102.0])
     monkeypatch.setattr(progress.time, "time", lambda: next(clock))
     progress.report(10, reward=-5, note="not a number")
@@ -249,6 +249,26 @@ def test_progress_reports_are_rate_limited_and_read_back(tmp_path, monkeypatch):
     progress.report(14, reward=-2)
     [p] = read_progress(str(tmp_path))
     assert (p.step, p.rate) == (14, 2.0)  # 4 steps in 2 s
+
+
+def test_a_held_back_report_is_written_without_another_call(tmp_path, monkeypatch):
+    """A rank that reports and then blocks (a hang) still shows its last step: the hang
+    watcher names the rank that is behind by it."""
+    import time
+    from hpctrain.rank import progress
+    from hpctrain.rank.records import read_progress
+    monkeypatch.setenv("HPCTRAIN_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("HPCTRAIN_RANK", "1")
+    monkeypatch.setattr(progress, "_state", {"last_write": 0.0, "first": None, "first_step": None,
+                                             "pending": None, "timer": None})
+    progress.report(1)
+    progress.report(2)  # held back: within a second of the first write
+    assert [p.step for p in read_progress(str(tmp_path))] == [1]
+    for _ in range(100):  # the timer writes it within about a second
+        if [p.step for p in read_progress(str(tmp_path))] == [2]:
+            break
+        time.sleep(0.05)
+    assert [p.step for p in read_progress(str(tmp_path))] == [2]
 
 
 def test_programs_under_the_bootstrap_can_import_hpctrain_progress(tmp_path):

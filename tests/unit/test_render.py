@@ -61,6 +61,11 @@ MATRIX = {
         "resources": {"nodes": 2, "gpus_per_node": 4},
         "launcher": {"preflight": True, "preflight_timeout": 30},
         "preemption": {"signal": "USR1", "lead_time": 300, "grace": 200}}),
+    # Hang detection (rank/watch.py) on both schedulers, and the live tree instead of a snapshot.
+    "cluster-2x2-hang-restart": ("localcluster", {"resources": {"nodes": 2, "procs_per_node": 2},
+                                                  "launcher": {"hang_timeout": 300, "max_restarts": 1}}),
+    "local-1x2-hang": ("local", {"resources": {"procs_per_node": 2}, "launcher": {"hang_timeout": 120}}),
+    "cluster-1x1-no-snapshot": ("localcluster", {"resources": {"nodes": 1}, "snapshot": False}),
     # Sweeps: one job array (Slurm) or K at a time on this machine.
     "cluster-sweep": ("localcluster", {"sweep": {"grid": {"env.LR": ["0.1", "0.01"]},
                                                  "seeds": [1, 2], "parallel": 3}}),

@@ -1,0 +1,109 @@
+#!/bin/bash
+#
+# ddp-check on site 'local': 1 node(s) x 2 rank(s), rendered by hpctrain 0.1.0.
+# Each rank runs: train.py --steps 10
+# This file is the whole job: rerun it by hand with  bash /runs/ddp-check/RUN_ID/job.sh
+set -euo pipefail
+
+RUN_DIR=/runs/ddp-check/RUN_ID
+log() { printf '[%s] hpctrain: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+mkdir -p "$RUN_DIR/logs" "$RUN_DIR/status"
+# status/failure.json: why the job ended without success, for `hpctrain status` (and you).
+record_failure() {  # REASON STATUS [MESSAGE]
+  local out line
+  out=$(python "$RUN_DIR/rank" summarize "$RUN_DIR" "$@" 2>&1) || out="could not write status/failure.json: $out"
+  while IFS= read -r line; do log "failure: $line"; done <<<"$out"
+}
+# An earlier attempt's failure (the one that requeued this job, a hang a restart got past) goes
+# to status/failures.jsonl: failure.json speaks of this attempt only.
+archive_failure() {
+  [[ ! -e "$RUN_DIR/status/failure.json" ]] || python "$RUN_DIR/rank" archive "$RUN_DIR" || true
+}
+# The local backend learns which process the job is from status/pid (written first, so that a
+# submit killed before it recorded the pid leaves a job it can still find), and how it ended
+# from status/exit_code.
+echo $$ >"$RUN_DIR/status/pid"
+trap 'echo $? >"$RUN_DIR/status/exit_code"' EXIT
+
+# --- environment ----------------------------------------------------------------------------
+archive_failure
+# The scheduler hands the submitting shell's environment to the job: a shell that ran torchrun,
+# a JAX job or an earlier hpctrain rank would give every rank here a stale identity. Start clean.
+unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_ADDR MASTER_PORT \
+  TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT JAX_RANK JAX_LOCAL_RANK JAX_WORLD_SIZE \
+  JAX_COORDINATOR_ADDR JAX_COORDINATOR_PORT HPCTRAIN_RANK HPCTRAIN_IS_MAIN HPCTRAIN_SEED \
+  HPCTRAIN_BASE_SEED HPCTRAIN_RESUME_FROM HPCTRAIN_JOB_ID
+cd /work/job
+# The program runs from the copy of the code taken at submit (hpctrain/snapshot.py), so that
+# edits made since — before a requeue, say — do not change what this run trains.
+cd /runs/ddp-check/RUN_ID/code
+export WANDB_RUN_ID=run_id
+export WANDB_RESUME=allow
+export WANDB_DIR=/runs/ddp-check/RUN_ID
+export HPCTRAIN_TENSORBOARD_DIR=/runs/ddp-check/RUN_ID/tensorboard
+export HPCTRAIN_RUN_DIR=/runs/ddp-check/RUN_ID
+export HPCTRAIN_JOB_NAME=ddp-check
+export HPCTRAIN_SITE=local
+export HPCTRAIN_LIBRARY=command
+
+# --- node (this machine) --------------------------------------------------------------------
+export HPCTRAIN_JOB_ID=$$
+
+# --- rendezvous -----------------------------------------------------------------------------
+# Derived from the job's id, the same on every node, above the kernel's ephemeral port range.
+PORT=$(( 61000 + 2 * (HPCTRAIN_JOB_ID % 2268) ))
+export HPCTRAIN_PORT=$PORT HPCTRAIN_SPARE_PORT=$(( PORT + 1 ))
+export HPCTRAIN_HEAD=localhost
+
+# --- launch ---------------------------------------------------------------------------------
+LAUNCH=(python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 --max-restarts=0
+  "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
+
+# --- hang detection (rank/watch.py) -----------------------------------------------------------
+# A watcher beside the launch: when no rank has progressed for 120 s (launcher.hang_timeout) it
+# names the stuck ranks in status/failure.json and exits 3; the ranks are then ended on every
+# node (a stack dump in each rank's log first) and torchrun restarts them from the newest
+# checkpoint while launcher.max_restarts allows; after that the job ends (and is requeued).
+HANGS=0
+watch_start() {
+  python "$RUN_DIR/rank" watch "$RUN_DIR" 120 &
+  WATCHER=$!
+}
+watch_stop() {
+  kill "$WATCHER" 2>/dev/null || true
+  wait "$WATCHER" 2>/dev/null || true
+}
+watch_check() {
+  kill -0 "$WATCHER" 2>/dev/null && return 0
+  local status=0
+  wait "$WATCHER" || status=$?
+  if (( status == 3 )); then
+    HANGS=$(( HANGS + 1 ))
+    log "hang: no rank has progressed for 120 s: ending the ranks (status/failure.json names the stuck ones)"
+    python "$RUN_DIR/rank" kill-ranks "$RUN_DIR" || log "hang: could not end every rank"
+  fi
+  watch_start
+}
+log "launch: ${LAUNCH[*]}"
+# In the background, so that signals reach this shell's traps while the ranks run.
+"${LAUNCH[@]}" &
+CHILD=$!
+STATUS=0
+watch_start
+# Once a second (a trapped signal cuts the wait short): a signal to handle, a hang to end.
+while kill -0 "$CHILD" 2>/dev/null; do
+  watch_check
+  sleep 1 &
+  wait $! || true
+done
+wait "$CHILD" || STATUS=$?
+watch_stop
+if (( STATUS != 0 )); then
+  REASON=ranks
+  (( HANGS == 0 )) || REASON=hang
+  record_failure "$REASON" "$STATUS"
+  die "the ranks exited with status $STATUS; per-rank logs: $RUN_DIR/logs/rank-*.log"
+fi
+archive_failure
+log "done: all ranks exited 0"
