@@ -212,9 +212,13 @@ class Ssh:
     """The ssh command line of one site (its words), with one shared connection per host."""
 
     def __init__(self, words: list[str], connect_timeout: int | None = None):
+        import hashlib
         self.words = list(words)
         self.connect_timeout = connect_timeout
-        self.sharing = ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir()}/%C",
+        # One connection per host and ssh settings: a site with another key or user to the same
+        # host gets a connection of its own, not one that logged in differently.
+        tag = hashlib.sha1("\0".join(self.words).encode()).hexdigest()[:8]
+        self.sharing = ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir()}/{tag}-%C",
                         "-o", "ControlPersist=60"]
 
     def command(self, host: str, remote: list[str]) -> list[str]:

@@ -199,33 +199,44 @@ class SshBackend(Backend):
                             where, fixes[0])
 
     def _check_probes(self, probes, hosts, run_dir: Path, mode, where, timeout) -> None:
-        problems, fixes, names = [], [], {}
+        """Every host's probe passed, or one error naming each host that cannot run the job
+        (hosts with the same problem together) and the fix of the first."""
+        problems: dict[str, list[str]] = {}
+        fixes: dict[str, str] = {}
+        names: dict[str, list[str]] = {}
         for host in hosts:
             r = probes[host]
-            said = [line for line in r.stdout.splitlines() if line.startswith("hpctrain probe: ")]
-            if r.status == 0 and said and said[-1].startswith("hpctrain probe: ok"):
-                fields = dict(w.split("=", 1) for w in said[-1].split()[3:] if "=" in w)
+            said = {}
+            for line in r.stdout.splitlines():
+                if line.startswith("hpctrain probe: "):
+                    key, _, text = line[len("hpctrain probe: "):].partition(" ")
+                    said[key.rstrip(":")] = text
+            if r.status == 0 and "ok" in said:
+                fields = dict(w.split("=", 1) for w in said["ok"].split() if "=" in w)
                 names.setdefault(fields.get("host", host), []).append(host)
                 continue
             if r.status == 255:
                 what, fix = openssh.explain(host, r.stderr, timeout)
-            elif said and said[-1].startswith("hpctrain probe: missing"):
-                what = (f"the run directory {run_dir} is not on {host}: the hosts do not share "
-                        "the filesystem it is on")
+                problems.setdefault(what, []).append("")
+                fixes.setdefault(what, fix)
+                continue
+            if "missing" in said:
+                what = (f"the run directory {run_dir} is not there: the hosts do not share the "
+                        "filesystem it is on")
                 fix = ("put runs_dir (or $HPCTRAIN_RUNS_DIR) on a filesystem every host mounts at "
-                       "the same path (NFS home), or set the site's sync: rsync")
-            elif said and said[-1].startswith("hpctrain probe: error: "):
-                what = said[-1][len("hpctrain probe: error: "):]
-                fix = "install it or fix the path on that host (the job's python:, script:, " \
-                      "setup lines and the site's modules run there)"
+                       "the same path (an NFS home), or set the site's sync: rsync")
+            elif "error" in said:
+                what, fix = said["error"], said.get("fix", "see the message")
             else:
                 tail = " ".join((r.stdout + "\n" + r.stderr).split())[-500:]
-                what = f"{host} cannot run the job (exit status {r.status}): {tail or 'no output'}"
-                fix = "the job's environment (modules, setup lines, secrets) fails there: see above"
-            problems.append(what)
-            fixes.append(fix)
+                what = f"the job's environment fails there (exit status {r.status}): {tail or 'no output'}"
+                fix = "run the site's modules and setup lines and the job's setup there by hand"
+            problems.setdefault(what, []).append(host)
+            fixes.setdefault(what, fix)
         if problems:
-            raise HpctrainError("; ".join(problems), where, fixes[0])
+            parts = [f"{', '.join(h for h in hs if h)}: {what}" if any(hs) else what
+                     for what, hs in problems.items()]
+            raise HpctrainError("; ".join(parts), where, fixes[next(iter(problems))])
         same = {name: hs for name, hs in names.items() if len(hs) > 1}
         if same:
             name, hs = next(iter(same.items()))
@@ -234,14 +245,23 @@ class SshBackend(Backend):
 
     @staticmethod
     def _start_problem(started, timeout) -> tuple[str, str]:
+        head = started.host
         if started.status == 255:
-            return openssh.explain(started.host, started.stderr, timeout)
-        said = " ".join(line[len("hpctrain start: "):] for line in started.stdout.splitlines()
-                        if line.startswith("hpctrain start: "))
-        tail = said or " ".join((started.stdout + started.stderr).split())[-500:]
-        return (f"the job did not start on {started.host}: {tail or 'exit status %d' % started.status}",
-                "the hosts start each other's steps over ssh with the site's ssh: settings: the "
-                "head must reach every other host as this machine does (keys, known hosts)")
+            return openssh.explain(head, started.stderr, timeout)
+        unreachable = [line.split(": ", 2)[1:] for line in started.stdout.splitlines()
+                       if line.startswith("hpctrain start: unreachable: ")]
+        if unreachable:
+            parts, fix = [], None
+            for host, said in (u for u in unreachable if len(u) == 2):
+                what, how = openssh.explain(host, said, timeout)
+                parts.append(what)
+                fix = fix or how
+            return (f"the head {head} cannot reach {'; '.join(parts)}",
+                    f"{fix} (the head starts the other hosts' steps over ssh, with the site's ssh: "
+                    f"settings: it must reach them as this machine does)")
+        tail = " ".join((started.stdout + started.stderr).split())[-500:]
+        return (f"the job did not start on {head}: {tail or 'exit status %d' % started.status}",
+                f"see {head}'s message above")
 
     # ------------------------------------------------------------------------------ state
 
