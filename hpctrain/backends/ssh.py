@@ -256,7 +256,7 @@ class SshBackend(Backend):
                 what, how = openssh.explain(host, said, timeout)
                 parts.append(what)
                 fix = fix or how
-            return (f"the head {head} cannot reach {'; '.join(parts)}",
+            return (f"from the head {head}: {'; '.join(parts)}",
                     f"{fix} (the head starts the other hosts' steps over ssh, with the site's ssh: "
                     f"settings: it must reach them as this machine does)")
         tail = " ".join((started.stdout + started.stderr).split())[-500:]
