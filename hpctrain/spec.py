@@ -169,7 +169,7 @@ class SshOptions(_Strict):
     never a password prompt). Everything else comes from the user's own ~/.ssh/config."""
     user: str | None = None  # -l; None: ssh's own choice (~/.ssh/config, then the local user)
     port: Annotated[int, Meta(ge=1, le=65535)] | None = None  # -p
-    identity: str | None = None  # -i, with IdentitiesOnly
+    identity: str | None = None  # IdentityFile, with IdentitiesOnly
     known_hosts: str | None = None  # UserKnownHostsFile
     # StrictHostKeyChecking: strict = only known host keys (ssh's own rule in batch mode),
     # accept-new = remember a host's first key and refuse a changed one, ignore = no checking.

@@ -135,7 +135,8 @@ def ssh_words(opts) -> list[str]:
     elif opts.host_key == "ignore":
         words += ["-o", "UserKnownHostsFile=/dev/null"]
     if opts.identity:
-        words += ["-i", opts.identity, "-o", "IdentitiesOnly=yes"]
+        # As an option, not -i: ssh expands a leading ~ in both, and no shell need see it bare.
+        words += ["-o", f"IdentityFile={opts.identity}", "-o", "IdentitiesOnly=yes"]
     if opts.port:
         words += ["-p", str(opts.port)]
     if opts.user:

@@ -94,8 +94,8 @@ class SshBackend(Backend):
                                 "letters, digits, '_', '.' and '-', not starting with '-'")
         for path_key in ("identity", "known_hosts"):
             value = getattr(opts, path_key)
-            if value is not None and (not value.strip() or (path_key == "known_hosts"
-                                                            and any(c in value for c in ' \t"'))):
+            # Both travel as `-o Key=path`, which ssh splits at spaces and reads quotes in.
+            if value is not None and (not value.strip() or any(c in value for c in ' \t"\'')):
                 raise HpctrainError(f"ssh.{path_key} {value!r} is not a usable path",
                                     doc.where(("ssh", path_key)),
                                     "a path without spaces or quotes, e.g. ~/.ssh/known_hosts")
