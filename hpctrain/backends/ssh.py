@@ -98,7 +98,8 @@ class SshBackend(Backend):
             if value is not None and (not value.strip() or any(c in value for c in ' \t"\'')):
                 raise HpctrainError(f"ssh.{path_key} {value!r} is not a usable path",
                                     doc.where(("ssh", path_key)),
-                                    "a path without spaces or quotes, e.g. ~/.ssh/known_hosts")
+                                    "a path without spaces or quotes, e.g. ~/.ssh/"
+                                    + ("id_ed25519" if path_key == "identity" else "known_hosts"))
         for i, option in enumerate(opts.options):
             problem = openssh.option_problem(option)
             if problem:
