@@ -1,4 +1,9 @@
-"""OpenSSH for the ssh backend: the hosts a site names, the ssh command line, many hosts at once.
+"""OpenSSH, scheduler-neutral: the hosts a site names, the ssh command line, many hosts at once.
+
+Nothing here knows a scheduler or a template: the ssh backend (ssh.py) uses it, and so may
+anything else in hpctrain that reaches a machine over ssh (submitting from a laptop to a login
+node). ssh_words(site.ssh) -> the command line; Ssh(words).run / run_many / rsync -> results;
+explain / problem -> (what went wrong, the fix).
 
 - Hosts: a Slurm-style list (`ws[1-4]`, hostlist.py), a YAML list (each entry may be such a list
   too) or a hostfile (a path: the value holds a "/"; one host or host list a line, `#` comments),
