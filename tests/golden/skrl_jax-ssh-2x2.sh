@@ -58,13 +58,18 @@ secrets() {
 }
 
 # Stops the run's processes on every host but this shell's own: the other hosts' first, over
-# ssh, then this host's (which would end those ssh sessions).
+# ssh, then this host's (which would end those ssh sessions). It waits for its own stops only:
+# a bare `wait` would also wait for the steps still running, the head's among them, which only
+# the head's stop below ends.
 stop_hosts() {
-  local i
+  local i stops=()
   for (( i = 1; i < NNODES; i++ )); do
     "${SSH[@]}" -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" stop)" </dev/null 2>&1 | sed 's/^/  /' &
+    stops+=("$!")
   done
-  wait
+  if (( NNODES > 1 )); then
+    wait "${stops[@]}" || true
+  fi
   bash "$RUN_DIR/job.sh" stop 2>&1 | sed 's/^/  /'
 }
 # The hosts share the run directory (sync: shared): every file is here already.

@@ -60,25 +60,33 @@ secrets() {
 }
 
 # Stops the run's processes on every host but this shell's own: the other hosts' first, over
-# ssh, then this host's (which would end those ssh sessions).
+# ssh, then this host's (which would end those ssh sessions). It waits for its own stops only:
+# a bare `wait` would also wait for the steps still running, the head's among them, which only
+# the head's stop below ends.
 stop_hosts() {
-  local i
+  local i stops=()
   for (( i = 1; i < NNODES; i++ )); do
     "${SSH[@]}" -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" stop)" </dev/null 2>&1 | sed 's/^/  /' &
+    stops+=("$!")
   done
-  wait
+  if (( NNODES > 1 )); then
+    wait "${stops[@]}" || true
+  fi
   bash "$RUN_DIR/job.sh" stop 2>&1 | sed 's/^/  /'
 }
 # sync: rsync: every host wrote its ranks' logs, notes and results into its own copy of the run
 # directory: bring them here (-u: a file newer here is kept), so that this host holds the whole run.
 gather() {
-  local i
+  local i copies=()
   for (( i = 1; i < NNODES; i++ )); do
     rsync -a -s -u -e "$(rsync_quoted "${SSH[@]}")" --exclude=/job.sh --exclude=/rank/ \
       --exclude=/bootstrap.json --exclude=/job.yaml --exclude=/run.json \
       "${HOSTS[i]}:$RUN_DIR/" "$RUN_DIR/" 2>&1 | sed 's/^/  /' &
+    copies+=("$!")
   done
-  wait
+  if (( NNODES > 1 )); then
+    wait "${copies[@]}" || true
+  fi
 }
 
 # One step on every host, as srun runs one task per node: the head's part here, the others' over
