@@ -153,7 +153,8 @@ def test_preflight_names_a_host_that_cannot_reach_the_head(cli, lab):
     # node2 cannot open a connection to node1's rendezvous ports (ssh, port 22, still works):
     # the preflight stops the job within launcher.preflight_timeout and names node2, instead of
     # torchrun waiting for its join_timeout.
-    with ip_rule("node2", ["to", "10.231.0.11", "ipproto", "tcp", "dport", "61000-65535",
+    # Every derived port (61000 + 2k, at most 65534); iproute2 6.1 refuses a range ending at 65535.
+    with ip_rule("node2", ["to", "10.231.0.11", "ipproto", "tcp", "dport", "61000-65534",
                            "prohibit"], 100):
         proc = cli("submit", RESUMABLE, "--site", lab, "--set", f"python={sys.executable}",
                    "--set", "launcher.preflight_timeout=10", "--wait", check=False, timeout=300)
