@@ -17,7 +17,8 @@ from tests.conftest import ROOT, read_results, submitted
 from tests.e2e.test_rl_training import write_failing_program
 from tests.operate_helpers import job_file, results, wait_state
 from tests.slurm.survive import attempts
-from tests.ssh.helpers import ip_rule, job_log, leftovers, status_of, wait_done, wait_for
+from tests.ssh.helpers import (close_connections, ip_rule, job_log, leftovers, netns, status_of,
+                               wait_done, wait_for)
 
 pytestmark = pytest.mark.ssh
 RESUMABLE = "examples/resumable_train.yaml"
@@ -115,7 +116,10 @@ def test_run_goes_on_when_the_submitting_terminal_closes(cli, lab, tmp_path):
     env = dict(os.environ)
     proc = subprocess.Popen([sys.executable, "-m", "hpctrain", "submit", str(jf), "--site", lab,
                              "--wait"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            # as in a terminal's shell: a test runner started under nohup
+                            # would hand its ignored SIGHUP down
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     lines = []
     for line in proc.stdout:
         lines.append(line)
@@ -182,3 +186,40 @@ def test_sweep_runs_its_tasks_on_the_hosts_with_ports_of_their_own(cli, lab, tmp
     st = status_of(cli, job_id)
     assert st["state"]["state"] == "COMPLETED" and len(st["state"]["tasks"]) == 2
     assert "rank 1 done" in cli("logs", run_dir.name, "--task", "1").stdout
+
+
+
+def _ssh_connections(to: str, where: list[str] = (), tag: str = "/tmp/hpctrain-ssh-") -> int:
+    """Established TCP connections to `to`'s port 22, seen from this machine or (where) a node,
+    held by an ssh whose command line names `tag` (its ControlPath: hpctrain's, or one run's)."""
+    out = subprocess.run([*where, "ss", "-Htnp", "state", "established", "dst", to, "dport", "=", ":22"],
+                         capture_output=True, text=True, check=True).stdout
+    count = 0
+    for pid in re.findall(r"pid=(\d+)", out):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                count += tag.encode() in f.read()
+        except OSError:
+            pass
+    return count
+
+
+def test_one_ssh_connection_per_host_however_many_commands(cli, lab, tmp_path):
+    # submit probes and starts, status asks, logs reads, the head's batch shell runs the
+    # preflight and the launch on node2: each side holds ONE connection to each host it uses.
+    close_connections()
+    node1, node2 = "10.231.0.11", "10.231.0.12"
+    jf = job_file(tmp_path, "ssh-conns", nodes=2, procs=1, args=["--seconds", "20"])
+    job_id, run_dir = submitted(cli("submit", jf, "--site", lab).stdout)
+    try:
+        wait_for(lambda: (run_dir / "logs" / "rank-1.log").exists(), 120, "rank 1 to start")
+        for _ in range(3):
+            assert status_of(cli, job_id)["state"]["state"] == "RUNNING"
+        cli("logs", job_id)
+        assert _ssh_connections(node1) == 1 and _ssh_connections(node2) == 1
+        tag = subprocess.run(["cksum"], input=str(run_dir), capture_output=True,
+                             text=True).stdout.split()[0]
+        assert _ssh_connections(node2, netns("node1"), f"/tmp/hpctrain-ssh-{os.getuid()}/{tag}-") == 1
+    finally:
+        cli("cancel", job_id)
+    assert leftovers(run_dir) == {"node1": [], "node2": []}
