@@ -471,7 +471,27 @@ unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_AD
   JAX_COORDINATOR_ADDR JAX_COORDINATOR_PORT HPCTRAIN_RANK HPCTRAIN_IS_MAIN HPCTRAIN_SEED \
   HPCTRAIN_BASE_SEED HPCTRAIN_RESUME_FROM HPCTRAIN_JOB_ID
 cd /work/job
+# Module systems and activation scripts are not written for strict mode: Lmod's shell code, the
+# `execute` lines of modulefiles and conda's or a venv's scripts read unset variables (which ends
+# a `set -u` shell even inside `||`) and run commands that fail on purpose. So they run with
+# `set +u` and without pipefail, each as one command whose status alone counts (errexit does not
+# fire inside it); strict mode is restored after them. A failing module or line stops the job.
+setup_failed() {  # WORDS...; called as `COMMAND || setup_failed ...`
+  # shellcheck disable=SC2320  # $? is COMMAND's status (a setup line may end with an echo)
+  local status=$?
+  record_failure setup "$status" "$* (status $status)" 2>/dev/null  # status/failure.json; said once, below
+  die "$* (status $status)"
+}
+# (Saved from $- and [[ -o ]], not $(set +o): a command substitution reports errexit off.)
+SETUP_FLAGS=$-
+if [[ -o pipefail ]]; then SETUP_PIPEFAIL=-o; else SETUP_PIPEFAIL=+o; fi
+set +u +o pipefail
+# shellcheck source=/dev/null
+{
 source /opt/venv/bin/activate
+} || setup_failed "setup line 1 failed:" 'source /opt/venv/bin/activate'
+set "$SETUP_PIPEFAIL" pipefail
+[[ "$SETUP_FLAGS" != *u* ]] || set -u
 export HPCTRAIN_RUN_DIR=/runs/ddp-check/RUN_ID
 export HPCTRAIN_JOB_NAME=ddp-check
 export HPCTRAIN_SITE=ws-lab
