@@ -64,11 +64,17 @@ def _control(path: tuple, value: str, where) -> None:
 
 def check_site(site: SiteProfile, doc: Located) -> None:
     """A site profile on its own: names that must exist, settings that go together."""
-    from .backends import SCHEDULERS
+    from .backends import SCHEDULERS, SITE_KEYS, backend_class
     check_text(dict(doc), doc.where)
     if site.scheduler not in SCHEDULERS:
         raise HpctrainError(f"unknown scheduler '{site.scheduler}'", doc.where(("scheduler",)),
                             did_you_mean(site.scheduler, SCHEDULERS))
+    for key, owner in SITE_KEYS.items():
+        if key in doc and owner != site.scheduler:
+            raise HpctrainError(f"'{key}' is read by scheduler '{owner}' only, and site "
+                                f"'{site.name}' uses scheduler '{site.scheduler}'",
+                                doc.where((key,)), f"remove '{key}', or set scheduler: {owner}")
+    backend_class(site.scheduler).check_site(site, doc)
     head = site.head
     if head.mode == "interface" and not head.interface:
         raise HpctrainError("head.mode is 'interface' but head.interface is not set",
@@ -151,6 +157,7 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
     elif any(v is not None and v is not False for v in spec.sbatch.values()):
         warnings.append(f"{where(('sbatch',))}: site '{site.name}' has no scheduler: its "
                         "'sbatch' options are left out")
+    warnings += scheduler.check_job(spec, site, where)
     lib = adapter(spec.library)
     warnings += lib.check(spec, site, where)
     from . import containers

@@ -43,14 +43,16 @@ def cmd_validate(args) -> int:
     job = _load(args, show_warnings=False)  # shown in the summary below, once each
     check_secrets(job)
     prep = prepare(job, run_id="RUN_ID")
+    from .backends import backend_class
     p, spec = prep.plan, prep.job.spec
-    head = {"nodename": "first node of the allocation",
+    scheduler = backend_class(p.backend)
+    head = {"nodename": scheduler.head_node,
             "suffix": f"first node + '{p.head_suffix}'",
             "interface": f"first node's IPv4 on {p.head_interface}"}[p.head_mode]
     port = (str(p.port_fixed) if p.port_fixed else
             f"{p.port_base} + 2*(job id % {p.port_slots})")
     launch = ("torchrun --standalone (one node)" if p.nnodes == 1 else
-              f"srun 1 task/node -> torchrun c10d, rendezvous {head}:{port}")
+              f"{scheduler.step_launcher} -> torchrun c10d, rendezvous {head}:{port}")
     rows = [
         ("job", f"{spec.name}  ({prep.job.source})"),
         ("site", f"{p.site}  (scheduler {p.backend})"),

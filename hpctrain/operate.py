@@ -47,6 +47,10 @@ def logs(ref: str | Run, *, follow_output: bool = False, rank: int | None = None
         task = split_task(ref)
     which = dict(rank=rank, node=node, task=task)
     write = write or sys.stdout.write
+    try:
+        backend(run.record.backend).fetch(run)  # where the nodes keep the files (ssh's rsync)
+    except KeyError:
+        pass  # an unknown backend in run.json: its files, if any, are read as they are
     if not follow_output:
         read(run, write=write, **which)
         return

@@ -13,6 +13,7 @@ import sys
 import msgspec
 
 from . import __version__, chains, containers, survive
+from .backends import backend_class
 from .checks import procs_per_node, runs_isaaclab
 from .libraries import adapter
 from .loading import Job
@@ -56,6 +57,9 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     monitor_interval: float | None
     preflight: bool
     bootstrap: dict  # bootstrap.json (rank/records.RankConfig); read by every rank
+    # What only the site's scheduler's templates use, from its backend (Backend.plan_values):
+    # e.g. the ssh backend's hosts and ssh options.
+    scheduler: dict = {}
     preemption: dict | None = None  # survive.preemption(): signal, lead_time, grace, requeue…
     preflight_timeout: int = 60
     # containers.plan(): the container each node's launch runs in; None: none.
@@ -202,4 +206,5 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
         preflight_timeout=survive.preflight_timeout(job),
         container=container, host_python=host_python,
         hang_timeout=spec.launcher.hang_timeout,
+        scheduler=backend_class(site.scheduler).plan_values(job),
     )

@@ -178,6 +178,28 @@ class Limits(_Strict):
     mem_per_node: Memory | None = None  # what a node can give a job (Slurm's RealMemory)
 
 
+class SshOptions(_Strict):
+    """How hpctrain reaches the hosts of a `scheduler: ssh` site (OpenSSH, always in batch mode:
+    never a password prompt). Everything else comes from the user's own ~/.ssh/config."""
+    user: str | None = None  # -l; None: ssh's own choice (~/.ssh/config, then the local user)
+    port: Annotated[int, Meta(ge=1, le=65535)] | None = None  # -p
+    identity: str | None = None  # IdentityFile, with IdentitiesOnly
+    known_hosts: str | None = None  # UserKnownHostsFile
+    # StrictHostKeyChecking: strict = only known host keys (ssh's own rule in batch mode),
+    # accept-new = remember a host's first key and refuse a changed one, ignore = no checking.
+    host_key: Literal["strict", "accept-new", "ignore"] = "strict"
+    connect_timeout: Seconds = 10  # ConnectTimeout: a host that does not answer is named after this
+    options: list[str] = []  # more ssh options, "Key=value" each (as after ssh -o)
+
+
+class SyncRule(_Strict):
+    """Where the hosts find the run directory: on a filesystem they all share (NFS home), or
+    copied to each of them (rsync) before the launch and brought back."""
+    mode: Literal["shared", "rsync"] = "shared"
+    code: bool = False  # rsync: copy the job's working directory (the code) to each host too
+    exclude: list[str] = []  # rsync patterns left out of that copy, e.g. [.git, data/]
+
+
 class SiteProfile(_Strict):
     name: Name
     description: str = ""
@@ -200,6 +222,11 @@ class SiteProfile(_Strict):
     array_parallelism: Count | None = None
     containers: SiteContainers = field(default_factory=SiteContainers)
     defaults: dict[str, Any] = {}  # job-file keys that every job on this site starts from
+    # scheduler ssh (backends/ssh.py): the hosts, how to reach them, how they see the run.
+    # hosts: a Slurm-style list ("ws[1-4]"), a YAML list, or a hostfile (a path: it holds a "/").
+    hosts: Union[str, list[str], None] = None
+    ssh: SshOptions = field(default_factory=SshOptions)
+    sync: Union[Literal["shared", "rsync"], SyncRule] = "shared"
 
 
 # ---------------------------------------------------------------------------- merging

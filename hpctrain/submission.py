@@ -68,7 +68,7 @@ def _prepare_one(job: Job, run_id: str, run_dir: Path, code_dir: str | None = No
     cls = backend_class(plan.backend)
     return Prepared(job=job, plan=plan, script=render_plan(plan), run_id=run_id, run_dir=run_dir,
                     backend=plan.backend, script_name=cls.script_name,
-                    submit_command=cls().submit_command(run_dir / cls.script_name),
+                    submit_command=cls().submit_command(run_dir / cls.script_name, plan),
                     snapshot=settings)
 
 
@@ -86,7 +86,7 @@ def _prepare_sweep(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
     return Prepared(job=job, plan=subs[0].plan, script=render_plan(aplan, "array.sh.j2"),
                     run_id=run_id, run_dir=run_dir, backend=aplan.backend,
                     script_name=cls.script_name,
-                    submit_command=cls().submit_command(run_dir / cls.script_name),
+                    submit_command=cls().submit_command(run_dir / cls.script_name, subs[0].plan),
                     tasks=subs, parallel=k, snapshot=settings)
 
 

@@ -2,6 +2,7 @@
 
     slurm.py     sbatch / squeue / scancel              templates/slurm/
     local.py     this machine, no scheduler             templates/local/
+    ssh.py       hosts reached over ssh, no scheduler   templates/ssh/ (openssh.py: the ssh side)
     submitit.py  Python functions, through submitit     (the Slurm or local script of its site)
 
 Adding a scheduler: a module here with a subclass of base.Backend (the abstract methods say what
@@ -18,8 +19,12 @@ from .base import Backend, JobState, State
 
 # Name -> (module, class). The site profile's `scheduler:` is one of SCHEDULERS; runs recorded
 # with any of BACKENDS are answered for by it.
-SCHEDULERS = {"slurm": ("slurm", "SlurmBackend"), "local": ("local", "LocalBackend")}
+SCHEDULERS = {"slurm": ("slurm", "SlurmBackend"), "local": ("local", "LocalBackend"),
+              "ssh": ("ssh", "SshBackend")}
 BACKENDS = dict(SCHEDULERS, submitit=("submitit", "SubmititBackend"))
+# Site-profile keys that only one scheduler reads: a profile of another scheduler that sets one
+# is refused (checks.check_site), so that a misplaced key never passes in silence.
+SITE_KEYS = {"hosts": "ssh", "ssh": "ssh", "sync": "ssh"}
 
 
 def backend(name: str) -> Backend:
@@ -33,4 +38,5 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(import_module(f".{module}", __name__), cls)
 
 
-__all__ = ["Backend", "BACKENDS", "JobState", "SCHEDULERS", "State", "backend", "backend_class"]
+__all__ = ["Backend", "BACKENDS", "JobState", "SCHEDULERS", "SITE_KEYS", "State", "backend",
+           "backend_class"]

@@ -91,13 +91,39 @@ class Backend(abc.ABC):
         output reaching the batch shell (doctor.py); None where the scheduler has one node."""
         return None
 
+    # How the script reaches every node and which node is the head, as `hpctrain validate` says it.
+    step_launcher: ClassVar[str] = "srun 1 task/node"
+    head_node: ClassVar[str] = "first node of the allocation"
+
+    # Hooks for what only this scheduler reads or needs (the ssh backend's hosts, say); the
+    # shared stages call them without asking which scheduler a job uses.
+    @classmethod
+    def check_site(cls, site, doc) -> None:
+        """Check the site-profile keys only this scheduler reads (checks.check_site); raise
+        HpctrainError with doc.where(key path)."""
+
+    @classmethod
+    def check_job(cls, spec, site, where) -> list[str]:
+        """What only this scheduler requires of a job on its site (checks.check): raise
+        HpctrainError with where(key path), return warnings."""
+        return []
+
+    @classmethod
+    def plan_values(cls, job) -> dict:
+        """Plain values only this scheduler's templates use: LaunchPlan.scheduler."""
+        return {}
+
+    def fetch(self, run: Run) -> None:
+        """Bring the run's files here where its nodes keep them (`logs` calls this first)."""
+
     def header(self, directives: list[tuple[str, str | None]]) -> list[str]:
         """The script's header lines for the plan's directive table ("#SBATCH --nodes=2")."""
         return []
 
     @abc.abstractmethod
-    def submit_command(self, script: Path) -> list[str]:
-        """The command line that submits the script (what --dry-run shows)."""
+    def submit_command(self, script: Path, plan=None) -> list[str]:
+        """The command line that submits the script (what --dry-run shows); plan: its
+        LaunchPlan, for a scheduler that submits to a host the plan names."""
 
     @abc.abstractmethod
     def submit(self, run: Run, prep) -> str:

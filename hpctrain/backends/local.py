@@ -52,7 +52,7 @@ class LocalBackend(Backend):
     max_nodes = 1
     container_runtimes = ("apptainer", "singularity", "podman", "docker")  # pyxis needs srun
 
-    def submit_command(self, script: Path) -> list[str]:
+    def submit_command(self, script: Path, plan=None) -> list[str]:
         return ["bash", str(script)]
 
     def submit(self, run: Run, prep) -> str:

@@ -59,7 +59,7 @@ class SlurmBackend(Backend):
         return [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={directive_value(v)}"
                 for k, v in directives]
 
-    def submit_command(self, script: Path) -> list[str]:
+    def submit_command(self, script: Path, plan=None) -> list[str]:
         return ["sbatch", "--parsable", str(script)]
 
     def submit(self, run: Run, prep) -> str:

@@ -205,7 +205,7 @@ class SubmititBackend(Backend):
     name = "submitit"
     script_name = "submitit.sbatch"  # submitit writes it, in the run's submitit/ folder
 
-    def submit_command(self, script: Path) -> list[str]:
+    def submit_command(self, script: Path, plan=None) -> list[str]:
         return ["python", "-c", "hpctrain.submit_function(...)"]
 
     def submit(self, run: Run, prep) -> str:

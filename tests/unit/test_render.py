@@ -30,6 +30,12 @@ SITES = {
                        "containers: {runtimes: [apptainer, singularity, pyxis, podman, docker], "
                        "stage_dir: $TMPDIR/images, cache_dir: '/scratch/${USER}/isaac-sim', "
                        "options: {apptainer: [--writable-tmpfs]}}\n",
+    # Workstations over ssh: every ssh: key, no shared filesystem, a head by its interface.
+    "ws-lab.yaml": "name: ws-lab\nscheduler: ssh\nhosts: ws[1-4]\n"
+                   "ssh: {user: me, port: 2222, identity: ~/.ssh/id_lab, host_key: accept-new, "
+                   "connect_timeout: 7, options: [Compression=yes]}\n"
+                   "sync: {mode: rsync, code: true}\nhead: {mode: interface, interface: eth0}\n"
+                   "setup: ['source /opt/venv/bin/activate']\n",
 }
 
 # id -> (site, extra job values): a matrix over launch shapes, site styles, every library, the
@@ -83,6 +89,14 @@ MATRIX = {
                                            "after": ["RECORDED", "afterany:4243"]}),
     "cluster-sweep-after": ("localcluster", {"after": "RECORDED",
                                              "sweep": {"seeds": [1, 2], "parallel": 2}}),
+    # Hosts over ssh (templates/ssh/): --standalone on one host, one step per host on several.
+    "ssh-1x1": ("locallab", {"resources": {"nodes": 1}}),
+    "ssh-2x2": ("locallab", {"resources": {"nodes": 2, "procs_per_node": 2}}),
+    "ssh-ws-4x2-rsync-restarts-secrets": ("ws-lab.yaml", {
+        "resources": {"nodes": 4, "gpus_per_node": 2}, "launcher": {"max_restarts": 1},
+        "secrets": ["WANDB_API_KEY"]}),
+    "ssh-sweep": ("locallab", {"resources": {"nodes": 2},
+                               "sweep": {"grid": {"env.LR": ["0.1", "0.01"]}, "parallel": 2}}),
 }
 # Every RL library: Isaac Lab's train.py and an own script, one and several nodes, local and Slurm.
 _ISAAC = {"script": None, "args": [], "task": "Isaac-Cartpole-v0", "isaaclab": "/opt/Isaac Lab"}
@@ -103,6 +117,12 @@ MATRIX.update({
     "di_engine-cluster-2x2": ("localcluster", {"library": "di_engine", "script": None,
                                                "config": "cfg.py",
                                                "resources": {"nodes": 2, "procs_per_node": 2}}),
+    # The ssh hosts with a library launched as tasks (JAX) and Isaac Lab's train.py.
+    "skrl_jax-ssh-2x2": ("locallab", {"library": "skrl_jax",
+                                      "resources": {"nodes": 2, "procs_per_node": 2}}),
+    "rl_games-isaac-ssh-ws-2x1": ("ws-lab.yaml", {"library": "rl_games",
+                                                  "resources": {"nodes": 2, "gpus_per_node": 1},
+                                                  **_ISAAC}),
 })
 # Containers (hpctrain/containers.py): every runtime, GPU and CPU nodes, Isaac Lab's image layout.
 _IMAGE_ISAAC = {"script": None, "args": [], "task": "Isaac-Cartpole-v0",
