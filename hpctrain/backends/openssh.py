@@ -126,6 +126,28 @@ def option_problem(option: str) -> str | None:
     return None
 
 
+def check_section(opts, doc) -> None:
+    """A site's ssh: section (spec.SshOptions), for every scheduler that reads it; raise
+    HpctrainError at doc.where(key path)."""
+    if opts.user is not None and not USER.fullmatch(opts.user):
+        raise HpctrainError(f"ssh.user {opts.user!r} is not a user name",
+                            doc.where(("ssh", "user")),
+                            "letters, digits, '_', '.' and '-', not starting with '-'")
+    for path_key in ("identity", "known_hosts"):
+        value = getattr(opts, path_key)
+        # Both travel as `-o Key=path`, which ssh splits at spaces and reads quotes in.
+        if value is not None and (not value.strip() or any(c in value for c in ' \t"\'')):
+            raise HpctrainError(f"ssh.{path_key} {value!r} is not a usable path",
+                                doc.where(("ssh", path_key)),
+                                "a path without spaces or quotes, e.g. ~/.ssh/"
+                                + ("id_ed25519" if path_key == "identity" else "known_hosts"))
+    for i, option in enumerate(opts.options):
+        problem = option_problem(option)
+        if problem:
+            raise HpctrainError(f"ssh.options entry {option!r} is refused",
+                                doc.where(("ssh", "options", i)), problem)
+
+
 def ssh_words(opts) -> list[str]:
     """The ssh command line for a site's ssh: section (spec.SshOptions), without the connection
     sharing (its socket path differs where the command runs)."""

@@ -87,24 +87,7 @@ class SshBackend(Backend):
             raise HpctrainError(f"hosts: {exc}", doc.where(("hosts",)),
                                 "host names or IPv4 addresses, e.g. hosts: ws[1-4] or "
                                 "hosts: [ws1, 10.0.0.7]") from None
-        opts = site.ssh
-        if opts.user is not None and not openssh.USER.fullmatch(opts.user):
-            raise HpctrainError(f"ssh.user {opts.user!r} is not a user name",
-                                doc.where(("ssh", "user")),
-                                "letters, digits, '_', '.' and '-', not starting with '-'")
-        for path_key in ("identity", "known_hosts"):
-            value = getattr(opts, path_key)
-            # Both travel as `-o Key=path`, which ssh splits at spaces and reads quotes in.
-            if value is not None and (not value.strip() or any(c in value for c in ' \t"\'')):
-                raise HpctrainError(f"ssh.{path_key} {value!r} is not a usable path",
-                                    doc.where(("ssh", path_key)),
-                                    "a path without spaces or quotes, e.g. ~/.ssh/"
-                                    + ("id_ed25519" if path_key == "identity" else "known_hosts"))
-        for i, option in enumerate(opts.options):
-            problem = openssh.option_problem(option)
-            if problem:
-                raise HpctrainError(f"ssh.options entry {option!r} is refused",
-                                    doc.where(("ssh", "options", i)), problem)
+        openssh.check_section(site.ssh, doc)
 
     @classmethod
     def check_job(cls, spec, site, where) -> list[str]:
