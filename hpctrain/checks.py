@@ -69,11 +69,12 @@ def check_site(site: SiteProfile, doc: Located) -> None:
     if site.scheduler not in SCHEDULERS:
         raise HpctrainError(f"unknown scheduler '{site.scheduler}'", doc.where(("scheduler",)),
                             did_you_mean(site.scheduler, SCHEDULERS))
-    for key, owner in SITE_KEYS.items():
-        if key in doc and owner != site.scheduler:
-            raise HpctrainError(f"'{key}' is read by scheduler '{owner}' only, and site "
-                                f"'{site.name}' uses scheduler '{site.scheduler}'",
-                                doc.where((key,)), f"remove '{key}', or set scheduler: {owner}")
+    for key, owners in SITE_KEYS.items():
+        if key in doc and site.scheduler not in owners:
+            raise HpctrainError(f"'{key}' is read by scheduler {' or '.join(owners)} only, and "
+                                f"site '{site.name}' uses scheduler '{site.scheduler}'",
+                                doc.where((key,)),
+                                f"remove '{key}', or set scheduler: {owners[0]}")
     backend_class(site.scheduler).check_site(site, doc)
     head = site.head
     if head.mode == "interface" and not head.interface:

@@ -100,7 +100,8 @@ def cmd_submit(args) -> int:
     prep = prepare(job)
     if args.dry_run:
         print(f"# would run: {shlex.join(prep.submit_command)}")
-        print(f"# run directory: {prep.run_dir}")
+        print(f"# run directory: {prep.run_dir}"
+              + (f" (on {prep.job.site.login}; mirrored here in {prep.mirror})" if prep.mirror else ""))
         if prep.tasks:
             print(f"# sweep: {len(prep.tasks)} tasks, {prep.parallel} at a time, each in tasks/<i>/")
             for task in prep.job.tasks:
@@ -111,7 +112,11 @@ def cmd_submit(args) -> int:
     rec = run.record
     print(f"submitted {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"
           + (f"  ({rec.array_size} tasks)" if rec.array_size else ""))
-    print(f"run directory: {run.path}", flush=True)
+    print(f"run directory: {run.path}")
+    from .display import remote_lines
+    for line in remote_lines(rec):
+        print(line)
+    sys.stdout.flush()
     return _wait(args, run)
 
 

@@ -286,3 +286,15 @@ def board_text(board: "Board", run_id: str) -> str:
     lines += ["From your laptop, forward the port to this machine:", f"  {board.forward}",
               f"then open http://localhost:{board.port}/   (Ctrl-C here stops TensorBoard)"]
     return "\n".join(lines)
+
+
+def remote_lines(rec) -> list[str]:
+    """What `submit` says of a run submitted through a login node: where it lives there and
+    how much code was copied."""
+    far = rec.extra.get("remote")
+    if not far:
+        return []
+    code = far.get("code") or {}
+    return [f"cluster: {far['login']}:{far['path']}",
+            f"code: {code.get('files', 0)} files, {code.get('bytes', 0) / 1048576:.2f} MiB copied "
+            f"from {code.get('from', '?')} (later edits here do not reach this run)"]

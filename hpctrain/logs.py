@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .backends import backend
+from .backends import for_run
 from .errors import HpctrainError
 from .rank.records import read_identities
 from .runs import Run
@@ -39,7 +39,7 @@ def sources(run: Run, *, rank: int | None = None, node: str | None = None,
         return [(f"rank {ident.rank}", d / "logs" / f"rank-{ident.rank}.log")
                 for ident in read_identities(str(d)) if ident.node == node]
     return [(f.name if f.parent.parent == run.path else f"task {f.parent.parent.name}: {f.name}", f)
-            for f in backend(run.record.backend).output_files(run, task)]
+            for f in for_run(run).output_files(run, task)]
 
 
 def check_choice(run: Run, *, rank: int | None = None, node: str | None = None,
@@ -78,9 +78,13 @@ def read(run: Run, write: Callable[[str], None] = sys.stdout.write, **which) -> 
 
 
 def follow(run: Run, done: Callable[[], bool], write: Callable[[str], None] = sys.stdout.write,
-           poll: float = 0.5, **which) -> None:
+           poll: float = 0.5, refresh: Callable[[], str | None] | None = None,
+           note: Callable[[str], None] | None = None, **which) -> None:
     """Print the output as it grows until done() is true, then print what is left and return.
-    Files are read every `poll` seconds; done() (which may ask the scheduler) every 10 s."""
+    Files are read every `poll` seconds; done() (which may ask the scheduler) every 10 s.
+    refresh(): brings the files here first (a run on a cluster), returning a note to show
+    (a lost connection, a reconnection) or None; notes go to note() (stderr by default)."""
+    note = note or (lambda text: print(text, file=sys.stderr, flush=True))
     if which.get("node") is None:
         check_choice(run, **which)
     offsets: dict[Path, int] = {}
@@ -91,6 +95,10 @@ def follow(run: Run, done: Callable[[], bool], write: Callable[[str], None] = sy
         if time.monotonic() - asked >= 10 or not asked:
             finished = finished or done()
             asked = time.monotonic()
+        if refresh is not None:
+            said = refresh()
+            if said:
+                note(said)
         srcs = sources(run, **which)  # rescan: ranks and tasks appear while the job runs
         many = len(srcs) > 1 or which.get("node") is not None
         for label, path in srcs:

@@ -6,7 +6,7 @@ any directory.
 """
 from __future__ import annotations
 
-from .backends import backend
+from .backends import for_run
 from .logs import follow, read
 from .runs import Run, find
 from .status import RunStatus, gather, wait
@@ -32,7 +32,7 @@ def cancel(ref: str | Run) -> RunStatus:
     st = gather(run)
     if st.state.done:
         return st
-    backend(run.record.backend).cancel(run)
+    for_run(run).cancel(run)
     if not run.record.cancelled:
         import time
         run.update(cancelled=time.time())
@@ -48,13 +48,16 @@ def logs(ref: str | Run, *, follow_output: bool = False, rank: int | None = None
     which = dict(rank=rank, node=node, task=task)
     write = write or sys.stdout.write
     try:
-        backend(run.record.backend).fetch(run)  # where the nodes keep the files (ssh's rsync)
+        chosen = for_run(run)
     except KeyError:
-        pass  # an unknown backend in run.json: its files, if any, are read as they are
+        chosen = None  # an unknown backend in run.json: its files, if any, are read as they are
+    if chosen is not None:
+        chosen.fetch(run)  # where the nodes (or the cluster) keep the files
     if not follow_output:
         read(run, write=write, **which)
         return
-    follow(run, done=lambda: gather(run).state.done, write=write, poll=poll, **which)
+    follow(run, done=lambda: gather(run).state.done, write=write, poll=poll,
+           refresh=(lambda: chosen.refresh(run)) if chosen is not None else None, **which)
 
 
 __all__ = ["status", "cancel", "logs", "wait", "resolve"]

@@ -150,8 +150,10 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
         "HPCTRAIN_SITE": site.name,
         "HPCTRAIN_LIBRARY": spec.library,
     })
+    # This interpreter, by default; on a cluster reached through a login node, the cluster's
+    # python3 (this machine's path means nothing there).
     python = (shlex.split(spec.python) if spec.python is not None
-              else lib.python(spec) or [sys.executable])
+              else lib.python(spec) or (["python3"] if site.login else [sys.executable]))
     workdir = job.workdir
     if code_dir is not None:
         from .snapshot import run_workdir

@@ -200,6 +200,13 @@ class SyncRule(_Strict):
     exclude: list[str] = []  # rsync patterns left out of that copy, e.g. [.git, data/]
 
 
+class RemoteRule(_Strict):
+    """Where a site reached through `login:` keeps runs, and how much code a submit may copy."""
+    runs_dir: str | None = None  # an absolute path on the cluster; runs/<name>/<run id>/ below it
+    code_max_mb: Count = 200  # a submit that would copy more of the working directory stops
+    exclude: list[str] = []  # rsync patterns left out of the code copy, beside .gitignore's
+
+
 class SiteProfile(_Strict):
     name: Name
     description: str = ""
@@ -227,6 +234,11 @@ class SiteProfile(_Strict):
     hosts: Union[str, list[str], None] = None
     ssh: SshOptions = field(default_factory=SshOptions)
     sync: Union[Literal["shared", "rsync"], SyncRule] = "shared"
+    # Submitting from another machine (a laptop, a notebook server): the scheduler's tools run
+    # on this login node ("user@host" or "host") over ssh with the ssh: section's options, the
+    # run lives under remote.runs_dir there (backends/remote.py); here a mirror keeps run.json.
+    login: str | None = None
+    remote: RemoteRule = field(default_factory=RemoteRule)
 
 
 # ---------------------------------------------------------------------------- merging

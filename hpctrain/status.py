@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from .backends import JobState, State, backend
+from .backends import JobState, State, for_run
 from .backends.commands import SchedulerError
 from .errors import HpctrainError
 from .progress import TrainingProgress, of_run
@@ -88,7 +88,7 @@ def _adopted(run: Run, states: dict) -> bool:
         return False
     name = run.record.backend
     try:
-        job_id = backend(name).adopt(run)
+        job_id = for_run(run).adopt(run)
     except KeyError:
         states[run.path].reason = f"unknown backend '{name}' in run.json"
         return False
@@ -150,16 +150,19 @@ def gather_many(runs: list[Run], live: bool = True, follow: bool = True) -> list
     for runs already known to have ended; follow: also the runs they wait for."""
     states: dict[Path, JobState] = {run.path: _recorded(run) for run in runs}
     if live:
-        by_backend: dict[str, list[Run]] = {}
+        # One query per backend and cluster (runs submitted through a login node are asked there).
+        by_backend: dict[tuple, list[Run]] = {}
         for run in runs:
             if run.record.final:
                 continue
             if run.record.job_id is None and not _adopted(run, states):
                 continue
-            by_backend.setdefault(run.record.backend, []).append(run)
-        for name, group in by_backend.items():
+            far = run.record.extra.get("remote") or {}
+            key = (run.record.backend, far.get("login"), tuple(far.get("ssh") or ()))
+            by_backend.setdefault(key, []).append(run)
+        for (name, _, _), group in by_backend.items():
             try:
-                answers = backend(name).states(group)
+                answers = for_run(group[0]).states(group)
             except KeyError:
                 for run in group:
                     states[run.path].reason = f"unknown backend '{name}' in run.json"

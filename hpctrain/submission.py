@@ -39,6 +39,9 @@ class Prepared(msgspec.Struct, frozen=True, kw_only=True):
     tasks: tuple["Prepared", ...] = ()  # a sweep's tasks, each a whole job in tasks/<i>/
     parallel: int | None = None  # a sweep's tasks running at once
     function: Any = None  # submitit runs: what every rank calls
+    # Submitted through a login node (site login:): run_dir is the cluster's, this is the mirror
+    # here that keeps run.json; None: run_dir is here.
+    mirror: Path | None = None
     record: dict = msgspec.field(default_factory=dict)  # more run.json fields (function runs)
     snapshot: Any = None  # spec.Snapshot when the job runs a copy of its code (snapshot.py)
 
@@ -52,19 +55,32 @@ def prepare(job: Job, run_id: str | None = None, for_function: bool = False) -> 
                             "can run a Python function: hpctrain.submit_function(fn, job))")
     run_id = run_id or new_run_id()
     run_dir = run_path(default_runs_dir(job.spec), job.spec.name, run_id)
-    # A function travels pickled (submitit): there is no script tree to copy for it.
-    settings = None if for_function else snapshot_settings(job.spec)
+    mirror = workdir = None
+    if job.site.login:  # the run lives on the cluster, its code in code/ there; here, a mirror
+        from .backends import remote
+        mirror, run_dir = run_dir, remote.run_dir(job.site, job.spec.name, run_id)
+        workdir = remote.code_dir(run_dir)
+    # A function travels pickled (submitit): there is no script tree to copy for it. Through a
+    # login node, the code copied to the cluster's code/ (backends/remote.py) is the snapshot.
+    settings = None if (for_function or mirror is not None) else snapshot_settings(job.spec)
     if settings is not None and not settings.enabled:
         settings = None
     code_dir = str(run_dir / CODE_DIR) if settings is not None else None
     if job.tasks:
-        return _prepare_sweep(job, run_id, run_dir, code_dir, settings)
-    return _prepare_one(job, run_id, run_dir, code_dir, settings)
+        prep = _prepare_sweep(job, run_id, run_dir, code_dir, settings, workdir)
+    else:
+        prep = _prepare_one(job, run_id, run_dir, code_dir, settings, workdir)
+    if mirror is None:
+        return prep
+    return msgspec.structs.replace(prep, mirror=mirror, submit_command=[
+        "ssh", job.site.login, "--", *prep.submit_command])
 
 
 def _prepare_one(job: Job, run_id: str, run_dir: Path, code_dir: str | None = None,
-                 settings=None) -> Prepared:
-    plan = make_plan(job, str(run_dir), code_dir)
+                 settings=None, workdir: str | None = None) -> Prepared:
+    # workdir: where the job runs from on the cluster, when that is not where it was loaded
+    plan = make_plan(job if workdir is None else msgspec.structs.replace(job, workdir=workdir),
+                     str(run_dir), code_dir)
     cls = backend_class(plan.backend)
     return Prepared(job=job, plan=plan, script=render_plan(plan), run_id=run_id, run_dir=run_dir,
                     backend=plan.backend, script_name=cls.script_name,
@@ -73,11 +89,12 @@ def _prepare_one(job: Job, run_id: str, run_dir: Path, code_dir: str | None = No
 
 
 def _prepare_sweep(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
-                   settings) -> Prepared:
+                   settings, workdir: str | None = None) -> Prepared:
     from .arrays import make_array_plan, parallelism
     from .chains import directives
     # One snapshot for the whole sweep, in its run directory: every task runs the same code.
-    subs = tuple(_prepare_one(t.job, run_id, run_dir / "tasks" / str(t.index), code_dir)
+    subs = tuple(_prepare_one(t.job, run_id, run_dir / "tasks" / str(t.index), code_dir,
+                              workdir=workdir)
                  for t in job.tasks)
     k = parallelism(job, len(subs))
     waits = directives(job.after, job.spec.sbatch)
@@ -115,7 +132,7 @@ def _write_job_dir(prep: Prepared, d: Path) -> Path | None:
         write_atomic(script, prep.script, mode=0o755)
     if prep.tasks:
         for sub in prep.tasks:
-            _write_job_dir(sub, sub.run_dir)
+            _write_job_dir(sub, d / sub.run_dir.relative_to(prep.run_dir))
         return script
     import shutil
     shutil.copytree(RANK_DIR, d / "rank", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -138,6 +155,9 @@ def _record(prep: Prepared) -> dict:
         rec.update(array_size=len(prep.tasks), parallel=prep.parallel,
                    task_values=[dict(t.values) for t in prep.job.tasks])
     rec.update(prep.record)
+    if prep.mirror is not None:  # from the first write: a killed submit's job is looked for there
+        from .backends.remote import far_record
+        rec["extra"] = dict(rec.get("extra") or {}, remote=far_record(prep.job.site, prep.run_dir))
     return rec
 
 
@@ -153,7 +173,10 @@ def submit_prepared(prep: Prepared, source=None) -> Run:
     if source is None:
         source = snapshot_source(prep)  # before anything is written: too big is refused here
     chosen = backend(prep.backend)
-    with creating(prep.run_dir) as run:
+    if prep.mirror is not None:  # through the login node; the run's directory here is a mirror
+        from .backends.remote import RemoteBackend, far_record
+        chosen = RemoteBackend(chosen, far_record(prep.job.site, prep.run_dir))
+    with creating(prep.mirror or prep.run_dir) as run:
         # Recorded and indexed before anything starts: a submit killed at any later instant
         # leaves a run that list/status/cancel find (status/_adopted finds its job, if any).
         record = _record(prep)

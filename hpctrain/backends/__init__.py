@@ -22,9 +22,10 @@ from .base import Backend, JobState, State
 SCHEDULERS = {"slurm": ("slurm", "SlurmBackend"), "local": ("local", "LocalBackend"),
               "ssh": ("ssh", "SshBackend")}
 BACKENDS = dict(SCHEDULERS, submitit=("submitit", "SubmititBackend"))
-# Site-profile keys that only one scheduler reads: a profile of another scheduler that sets one
+# Site-profile keys that only some schedulers read: a profile of another scheduler that sets one
 # is refused (checks.check_site), so that a misplaced key never passes in silence.
-SITE_KEYS = {"hosts": "ssh", "ssh": "ssh", "sync": "ssh"}
+SITE_KEYS = {"hosts": ("ssh",), "ssh": ("ssh", "slurm"), "sync": ("ssh",), "login": ("slurm",),
+             "remote": ("slurm",)}
 
 
 def backend(name: str) -> Backend:
@@ -33,10 +34,20 @@ def backend(name: str) -> Backend:
     return getattr(import_module(f".{module}", __name__), cls)()
 
 
+def for_run(run) -> Backend:
+    """The backend that answers for a recorded run: its scheduler's, reached through the login
+    node it was submitted to when run.json says so (remote.py)."""
+    chosen = backend(run.record.backend)
+    far = run.record.extra.get("remote")
+    if far:
+        return import_module(".remote", __name__).RemoteBackend(chosen, far)
+    return chosen
+
+
 def backend_class(name: str) -> type[Backend]:
     module, cls = BACKENDS[name]
     return getattr(import_module(f".{module}", __name__), cls)
 
 
 __all__ = ["Backend", "BACKENDS", "JobState", "SCHEDULERS", "SITE_KEYS", "State", "backend",
-           "backend_class"]
+           "backend_class", "for_run"]

@@ -116,6 +116,11 @@ class Backend(abc.ABC):
     def fetch(self, run: Run) -> None:
         """Bring the run's files here where its nodes keep them (`logs` calls this first)."""
 
+    def refresh(self, run: Run) -> str | None:
+        """While `logs -f` follows the run: bring what grew here, if anything must be; return a
+        note for the user (a lost connection, a reconnection) or None. Never raises."""
+        return None
+
     def header(self, directives: list[tuple[str, str | None]]) -> list[str]:
         """The script's header lines for the plan's directive table ("#SBATCH --nodes=2")."""
         return []

@@ -3,10 +3,37 @@
 A command that is missing, hangs or fails raises SchedulerError naming the command, its exit
 status and what it printed on stderr; the caller decides how to degrade (`status` says "cannot
 reach Slurm: …", `submit` says "sbatch refused the job: …"). Nothing here swallows a failure.
+
+Where they run: here, or — inside `on(login)` — on a login node over ssh (remote.Login: one
+shared connection, every word quoted for the remote shell). The backends' code is the same for
+both; only this function knows the difference.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from ..errors import HpctrainError
+
+# The login node the scheduler's tools run on in this context (an object with .tool(command,
+# timeout, input) -> stdout), or None: here. A context variable, so that threads and notebook
+# cells that talk to two clusters at once do not mix them up.
+_where: ContextVar = ContextVar("hpctrain_scheduler_host", default=None)
+
+
+@contextmanager
+def on(login):
+    """Run the scheduler's tools on `login` (None: here) inside the block."""
+    token = _where.set(login)
+    try:
+        yield
+    finally:
+        _where.reset(token)
+
+
+def where():
+    """The login node the tools run on now, or None."""
+    return _where.get()
 
 
 class SchedulerError(HpctrainError):
@@ -25,6 +52,9 @@ class SchedulerError(HpctrainError):
 def run(command: list[str], timeout: float = 60, input: str | None = None) -> str:
     """Run a scheduler command; return its standard output, or raise SchedulerError."""
     import subprocess
+    login = _where.get()
+    if login is not None:
+        return login.tool(command, timeout=timeout, input=input)
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                               input=input, stdin=None if input is not None else subprocess.DEVNULL)

@@ -55,6 +55,11 @@ class SlurmBackend(Backend):
         return ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
                 f'--ntasks-per-node=1 --cpus-per-task=1 {command}')
 
+    @classmethod
+    def check_site(cls, site, doc) -> None:
+        from . import remote
+        remote.check_site(site, doc)
+
     def header(self, directives: list[tuple[str, str | None]]) -> list[str]:
         return [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={directive_value(v)}"
                 for k, v in directives]
@@ -64,7 +69,7 @@ class SlurmBackend(Backend):
 
     def submit(self, run: Run, prep) -> str:
         try:
-            out = commands.run(self.submit_command(run.path / prep.script_name))
+            out = commands.run(self.submit_command(prep.run_dir / prep.script_name))
         except commands.SchedulerError as exc:
             raise HpctrainError(f"sbatch refused the job: {exc.stderr or exc}",
                                 fix="check partition/account/qos/time against `sinfo` and the site "
@@ -179,18 +184,19 @@ def _task_order(path: Path) -> tuple:
     return (int(tail) if tail.isdigit() else -1, path.stat().st_mtime if path.exists() else 0)
 
 
-_accounting: bool | None = None
+_accounting: dict = {}  # by where the tools run (here: None, or a login node's key)
 
 
 def _accounting_enabled() -> bool:
     """Whether sacct can answer (AccountingStorageType is not accounting_storage/none); asked
-    once per process, and only when squeue no longer knows a job."""
-    global _accounting
-    if _accounting is None:
+    once per process and cluster, and only when squeue no longer knows a job."""
+    login = commands.where()
+    key = getattr(login, "key", None)
+    if key not in _accounting:
         try:
             text = commands.run(["scontrol", "show", "config"])
         except commands.SchedulerError:
             return False
         line = next((ln for ln in text.splitlines() if ln.startswith("AccountingStorageType")), "")
-        _accounting = bool(line) and "accounting_storage/none" not in line
-    return _accounting
+        _accounting[key] = bool(line) and "accounting_storage/none" not in line
+    return _accounting[key]

@@ -107,8 +107,10 @@ def batch_prelude(plan) -> list[str]:
     return text.splitlines()
 
 
-def make_executor(job, plan, folder: Path):
-    """A submitit executor configured from the job and its site."""
+def make_executor(job, plan, folder: Path, far_folder: Path | None = None):
+    """A submitit executor configured from the job and its site; with far_folder, for a cluster
+    behind a login node (commands.where()): it writes its files in `folder` here, and the job
+    reads them in far_folder there."""
     try:
         import submitit
     except ImportError:
@@ -121,7 +123,11 @@ def make_executor(job, plan, folder: Path):
         ex.update_parameters(**local_parameters(job, plan))
         return ex
     try:
-        ex = submitit.SlurmExecutor(folder=folder, python=python)
+        if far_folder is not None:
+            ex = _far_executor(submitit)(folder=folder, python=python)
+            ex.far_folder = far_folder
+        else:
+            ex = submitit.SlurmExecutor(folder=folder, python=python)
     except RuntimeError as exc:  # submitit's check that srun exists
         raise HpctrainError(f"site '{job.site.name}' submits to Slurm, but {exc}",
                             fix="run on a Slurm login node, or use site='local'") from None
@@ -131,6 +137,48 @@ def make_executor(job, plan, folder: Path):
         raise HpctrainError(f"submitit refused the parameters for site '{job.site.name}': {exc}",
                             where=job.source) from None
     return ex
+
+
+def _far_executor(submitit):
+    """submitit's SlurmExecutor for a cluster reached through its login node: the submission
+    file and the pickle are written here, in the run's mirror, and copied to the run directory
+    there; the file names the cluster's folder; sbatch runs on the login node
+    (commands.run inside commands.on(login)); srun is not needed here."""
+    import uuid
+
+    from submitit.core import utils
+
+    from . import commands
+
+    class FarSlurmExecutor(submitit.SlurmExecutor):
+        far_folder: Path
+
+        @classmethod
+        def affinity(cls) -> int:
+            return 1  # srun is on the cluster, not here
+
+        def _make_submission_file_text(self, command: str, uid: str) -> str:
+            text = super()._make_submission_file_text(command, uid)
+            return text.replace(str(Path(self.folder).absolute()), str(self.far_folder))
+
+        def _submit_command(self, command: str):
+            # submitit's own steps (core.PicklingExecutor._submit_command), with the files
+            # copied to the cluster before sbatch runs there.
+            tmp_uuid = uuid.uuid4().hex
+            here = utils.JobPaths.get_first_id_independent_folder(self.folder)
+            path = here / f".submission_file_{tmp_uuid}.sh"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self._make_submission_file_text(command, tmp_uuid))
+            login = commands.where()
+            login.push(str(here.parent), str(self.far_folder.parent), excludes=["/.submitting"])
+            output = commands.run(["sbatch", str(self.far_folder / path.name)])
+            job_id = self._get_job_id_from_submission_command(output)
+            job = self.job_class(folder=self.folder, job_id=job_id,
+                                 tasks=list(range(self._num_tasks())))
+            job.paths.move_temporary_file(path, "submission_file", keep_as_symlink=True)
+            return job
+
+    return FarSlurmExecutor
 
 
 # ---------------------------------------------------------------------------- submitting
@@ -180,8 +228,9 @@ def function_run(fn: Callable, args: tuple, kwargs: dict, prep) -> dict:
                            env=plan.env, procs_per_node=plan.nproc_per_node,
                            port_base=plan.port_base, port_slots=plan.port_slots,
                            port_fixed=plan.port_fixed)
+    # submitit's folder as read here: the run's mirror, for a run on a cluster behind a login node
     record = {"scheduler": plan.backend, "kind": "function",
-              "submitit_folder": str(prep.run_dir / SUBMITIT_DIR), "function": info}
+              "submitit_folder": str((prep.mirror or prep.run_dir) / SUBMITIT_DIR), "function": info}
     return {"backend": "submitit", "function": rank_fn, "record": record}
 
 
@@ -212,9 +261,14 @@ class SubmititBackend(Backend):
         source = source_of(prep.function.fn)
         if source is not None:  # the code as read at submit time, beside the pickle that runs
             (run.path / "function.py").write_text(source)
-        ex = make_executor(prep.job, prep.plan, run.path / SUBMITIT_DIR)
+        far = prep.run_dir if prep.mirror is not None else None
+        ex = make_executor(prep.job, prep.plan, run.path / SUBMITIT_DIR,
+                           far / SUBMITIT_DIR if far is not None else None)
         try:
             sjob = ex.submit(prep.function)
+            if far is not None:  # the pickle, named after the job id once sbatch answered
+                from . import commands
+                commands.where().push(str(run.path), str(far), excludes=["/.submitting"])
         except HpctrainError:
             raise
         except Exception as exc:  # sbatch's refusal arrives as submitit's FailedJobError

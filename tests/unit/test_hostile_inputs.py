@@ -107,6 +107,9 @@ SITE_FIELDS = {
                               "{{runtime: apptainer, image: /i.sif}}}}\n",
     "containers.options": "name: hs\ncontainers: {{options: {{apptainer: [{v}]}}}}\ndefaults: "
                           "{{container: {{runtime: apptainer, image: /i.sif}}}}\n",
+    "login": "name: hs\nlogin: {v}\nremote: {{runs_dir: /scratch/r}}\n",
+    "remote.runs_dir": "name: hs\nlogin: me@login1\nremote: {{runs_dir: {v}}}\n",
+    "remote.exclude": "name: hs\nlogin: me@login1\nremote: {{runs_dir: /r, exclude: [{v}]}}\n",
 }
 SCHEDULERS = ("local", "slurm")
 
