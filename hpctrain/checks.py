@@ -71,7 +71,7 @@ def check_site(site: SiteProfile, doc: Located) -> None:
                             did_you_mean(site.scheduler, SCHEDULERS))
     for key, owners in SITE_KEYS.items():
         if key in doc and site.scheduler not in owners:
-            raise HpctrainError(f"'{key}' is read by scheduler {' or '.join(owners)} only, and "
+            raise HpctrainError(f"'{key}' is read by scheduler {' or '.join(repr(o) for o in owners)} only, and "
                                 f"site '{site.name}' uses scheduler '{site.scheduler}'",
                                 doc.where((key,)),
                                 f"remove '{key}', or set scheduler: {owners[0]}")

@@ -59,7 +59,7 @@ def test_the_command_reaches_the_login_node_quoted_word_by_word():
     assert command[:1] == ["ssh"] and command[-3:-1] == ["--", "login.example.org"]
     assert command[-1] == shlex.join(words)
     assert shlex.split(command[-1]) == words  # what a POSIX remote shell reads back, byte for byte
-    for expected in (["-l", "me"], ["-p", "2222"], ["-i", "/keys/id"]):
+    for expected in (["-l", "me"], ["-p", "2222"], ["-o", "IdentityFile=/keys/id"]):
         assert any(command[i:i + 2] == expected for i in range(len(command)))
     assert "ControlMaster=auto" in command and "BatchMode=yes" in command
     assert any(w.startswith("ControlPath=/tmp/hpctrain-ssh-") for w in command)
