@@ -24,7 +24,9 @@ def one_host_run(tmp_path: Path, name: str, site_extra: str = "", seconds: float
     site = tmp_path / "here.yaml"
     site.write_text("name: here\nscheduler: ssh\nhosts: [localhost]\ncpu_mode: 'on'\n" + site_extra)
     job = load_job({"name": name, "script": str(WORKER), "python": sys.executable,
-                    "args": ["--seconds", str(seconds)], "runs_dir": str(tmp_path / "runs")},
+                    "args": ["--seconds", str(seconds)], "runs_dir": str(tmp_path / "runs"),
+                    # prepare() alone copies no code: the script runs where it is
+                    "snapshot": False},
                    site=str(site))
     prep = prepare(job)
     prep.run_dir.mkdir(parents=True)
