@@ -112,7 +112,8 @@ def test_podman_preempt_saves_requeues_and_resumes(cli, cluster, tmp_path):
     assert {a["started_from"] for a in second} == {first[0]["reached"]}, runs
     assert {a["stopped"] for a in second} == {"completed"} and {a["reached"] for a in second} == {40}
     assert "preemption: the ranks exited (status 0)" in log, log
-    assert f"preemption: requeueing job {job_id}" in log, log
+    assert (f"preemption: the time-limit warning or a signal sent to the job: requeueing job "
+            f"{job_id} (requeue 1 of at most") in log, log
     assert {p[1] for p in where(run_dir)} == {"True"}
     no_container_left(job_id)
 
