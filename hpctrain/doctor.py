@@ -82,9 +82,12 @@ def check_job(job: str | None, site: str | None, overrides=()) -> Job:
             + runner.every_node(f'{py} "$RUN_DIR/rank" probe facts {resolve}'
                                 f'--writable "$RUN_DIR/checkpoints"') + f" >{facts}"
             + f' && {py} "$RUN_DIR/rank" probe gate {head or "-"} {facts} {NODES}')
+    # A check, not a training run: it must end with its verdict, never be requeued (a requeue
+    # that leaves out the node it blames could never start on the two nodes it names).
+    preemption = dict(msgspec.to_builtins(base.spec.preemption), enabled=False, requeue=False)
     return load_job(
         base, script=str(CHECK_PROGRAM), args=[], name=f"doctor-{base.spec.name}"[:60],
-        sweep=None, after=[], setup=list(base.spec.setup) + [line],
+        sweep=None, after=[], setup=list(base.spec.setup) + [line], preemption=preemption,
         resources=msgspec.to_builtins(msgspec.structs.replace(
             base.spec.resources, nodes=NODES, time="00:10:00")))
 

@@ -90,6 +90,15 @@ requeue_or_end() {  # VIEW
   requeue_job
 }
 
+# Whether the job's required node list (sbatch nodelist) names one of NODES (comma-separated):
+# Slurm keeps a job pending forever (BadConstraints) that must both use and avoid a node.
+required_among() {  # NODES
+  local req
+  req=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'ReqNodeList=[^ ]*' | cut -d= -f2) || return 1
+  [[ -n "$req" && "$req" != "(null)" ]] || return 1
+  comm -12 <(scontrol show hostnames "$req" | sort -u) <(tr ',' '\n' <<<"$1" | sort -u) | grep -q .
+}
+
 # After a failure recorded in status/failure.json: a requeue when it may help (a node's fault,
 # a hang: rank/recovery.py), leaving the nodes it blames out; otherwise the caller ends the job.
 requeue_after_failure() {
@@ -104,6 +113,10 @@ requeue_after_failure() {
     return 0
   fi
   [[ "$nodes" != "-" ]] || nodes=""
+  if [[ -n "$nodes" ]] && required_among "$nodes"; then
+    log "recovery: not requeueing after the $why: the job requires those nodes (its node list names them), so a requeue without them could never start"
+    return 0
+  fi
   log "recovery: $why: requeueing job $JOB_REF${nodes:+ without $nodes} (requeue $(( count + 1 )) of at most 3); the next run resumes from the newest checkpoint"
   requeue_job "$nodes"
 }
