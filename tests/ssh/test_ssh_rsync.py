@@ -102,7 +102,9 @@ def test_without_the_code_the_missing_working_directory_is_named(cli, sites, lab
     base, _ = lab_disks
     code, job = write_job(base, name="ssh-rsync-nocode")
     lab_site(sites, "lab-rsync-nocode", sync="rsync")
-    proc = cli("submit", job, "--site", "lab-rsync-nocode", cwd=code, check=False, timeout=300)
+    # Without a code snapshot (which travels inside the run directory) and without sync.code.
+    proc = cli("submit", job, "--site", "lab-rsync-nocode", "--set", "snapshot=false", cwd=code,
+               check=False, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"node1, node2: the working directory {code} (where the job was submitted) is not there" \
         in proc.stderr, proc.stderr
