@@ -57,6 +57,10 @@ class SlurmBackend(Backend):
 
     @classmethod
     def check_site(cls, site, doc) -> None:
+        # Only a site that mentions a login node pays for importing the ssh side: every
+        # command (render included) loads a site.
+        if site.login is None and not any(key in doc for key in ("remote", "ssh")):
+            return
         from . import remote
         remote.check_site(site, doc)
 
