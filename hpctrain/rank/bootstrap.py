@@ -335,6 +335,27 @@ def run_program(argv: list[str]) -> int:
     return 0
 
 
+def close_process_group() -> None:
+    """Destroy the gloo process group a finished program left open.
+
+    DI-engine's DDPContext never destroys its group (its dist_finalize is a no-op: "usually hangs
+    out"), and a gloo group still alive when the interpreter ends aborts it in about one run of
+    five with torch 2.13 ("terminate called without an active exception", SIGABRT): a training
+    that finished reads as a failed rank. Destroying it first costs nothing; measured here with
+    torchrun alone, 2 of 10 runs aborted without it, 0 of 14 with it. Only after a normal end (a
+    crashed rank's peers may be gone) and only for gloo: NCCL's destroy can block on a peer, and
+    torch handles an NCCL group left open at exit itself."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not (dist.is_available() and dist.is_initialized()):
+            return
+        if "gloo" not in str(dist.get_backend()).lower():
+            return
+        dist.destroy_process_group()
+    except Exception as exc:  # the program's end is recorded either way; say why, carry on
+        print(f"hpctrain: could not close the process group at the end: {exc}", file=sys.stderr)
+
+
 def record_failure(status_dir: str, me: RankIdentity, code: int, error: str) -> None:
     try:
         write_rank_failure(status_dir, RankFailure(
@@ -435,6 +456,8 @@ def main(config_path: str) -> int:
                 print(f"hpctrain: preflight: all {me.world_size} ranks met in {spent:.2f} s "
                       "(rank check)", file=sys.stderr)
         code = run_program(program)
+        if code == 0:
+            close_process_group()
     except BaseException as exc:  # the program's own crash: show it, record it, exit non-zero
         traceback.print_exc()
         code, error = 1, f"{type(exc).__name__}: {exc}"

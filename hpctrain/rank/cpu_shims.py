@@ -22,8 +22,9 @@ The shims, by name (``SHIMS``):
   at ``cpu``.
 - rsl_rl: ``OnPolicyRunner._configure_multi_gpu`` without its ``device == cuda:LOCAL_RANK`` check.
 - jax: ``jax.experimental.multihost_utils`` imported with jax (skrl uses it without importing it).
-- di_engine: ``dist_init`` without ``rank % torch.cuda.device_count()``; scalar
-  ``allreduce_data``/``reduce_data`` and ``LogReduceHook`` on CPU.
+- di_engine: ``dist_init`` without ``rank % torch.cuda.device_count()``; ``LogReduceHook`` on
+  CPU (its scalar ``allreduce_data``/``reduce_data`` are fixed on every device by the train
+  hooks, train_hooks.py).
 
 Each shim is small and says WHY next to it; examples/rl/NOTES.md records the runs that needed them.
 """
@@ -244,35 +245,12 @@ def _patch_ding(helper) -> None:
         dist.init_process_group(backend=_gloo_backend(backend), rank=rank, world_size=world_size)
         return helper.get_rank(), helper.get_world_size()
 
-    def _scalar_on_cpu(name, collective):
-        # WHY: ding's allreduce_data/reduce_data turn a Python scalar into torch.as_tensor([x]).cuda()
-        # before the collective (the DDP collector all-reduces its sample/step counts this way).
-        # Same operation on a CPU tensor; tensors are passed to ding's own function unchanged.
-        orig = getattr(helper, name)
-
-        @functools.wraps(orig)
-        def wrapper(x, arg):
-            if not helper.np.isscalar(x):
-                return orig(x, arg)
-            t = helper.torch.as_tensor([x])
-            if name == "allreduce_data":
-                dist.all_reduce(t)
-                if arg == "avg":
-                    t.div_(helper.get_world_size())
-            else:
-                dist.reduce(t, arg)
-            return t.item()
-
-        setattr(wrapper, _MARK, True)
-        return wrapper
-
     replacements = {"dist_init": dist_init}
-    for name in ("allreduce_data", "reduce_data"):
-        if hasattr(helper, name):
-            replacements[name] = _scalar_on_cpu(name, name)
     setattr(dist_init, _MARK, True)
-    # Module globals: DDPContext looks dist_init up here at call time, and ding.utils /
-    # the collectors copy these names when they import (after this hook has run).
+    # Module globals: DDPContext looks dist_init up here at call time, and ding.utils copies
+    # the name when it imports (after this hook has run). Scalar reductions (allreduce_data,
+    # reduce_data: `.cuda()` in ding) are replaced on every device by the di_engine train hook,
+    # which reduces on the process group's device (train_hooks._hook_ding_scalar_reductions).
     ding_utils = sys.modules.get("ding.utils")
     for name, fn in replacements.items():
         before = getattr(helper, name)
@@ -280,7 +258,6 @@ def _patch_ding(helper) -> None:
         if ding_utils is not None and getattr(ding_utils, name, None) is before:
             setattr(ding_utils, name, fn)
     _log("ding dist_init: gloo, no torch.cuda.set_device(rank % device_count)")
-    _log("ding allreduce_data/reduce_data: scalars reduced on CPU, not .cuda()")
 
 
 def _patch_ding_learner_hook(learner_hook) -> None:
@@ -312,7 +289,7 @@ SHIMS: dict[str, list[tuple[str, object, str]]] = {
                 "rsl_rl OnPolicyRunner._configure_multi_gpu: no cuda:LOCAL_RANK device check")],
     "jax": [("jax", _patch_jax, "jax.experimental.multihost_utils imported with jax")],
     "di_engine": [("ding.utils.pytorch_ddp_dist_helper", _patch_ding,
-                   "ding dist_init: gloo, no torch.cuda.set_device; scalar reductions on CPU"),
+                   "ding dist_init: gloo, no torch.cuda.set_device"),
                   ("ding.worker.learner.learner_hook", _patch_ding_learner_hook,
                    "ding LogReduceHook: log tensors reduced on cpu, not cuda:<rank>")],
 }

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 
 from . import progress, stop
 from .hooks import after_import
@@ -305,6 +306,76 @@ def _hook_ding_learner(module) -> None:
         _log("ding BaseLearner.train: progress, save and stop after an iteration")
 
 
+def _hook_ding_scalar_reductions(helper) -> None:
+    """ding's DDP collector all-reduces its per-collect counts as Python scalars through
+    allreduce_data/reduce_data, which build torch.as_tensor([x]): int64 on a rank where the value
+    is an int and float32 where it is a float. `collected_duration = sum(episode times)` is the
+    int 0 on a rank that has not finished an episode since its last log line and a float on one
+    that has, so as soon as the ranks' episodes differ (a resumed run, per-rank seeds) the ranks
+    meet with 8 and 4 bytes: gloo aborts ("8 vs 4"), NCCL hangs or reduces garbage. Every scalar
+    is reduced as float64 on every rank instead (exact for counts below 2**53), on the process
+    group's device, and given back as the type it came in as."""
+    torch, dist = helper.torch, helper.dist
+
+    def tensor(x):
+        device = "cpu"
+        if "nccl" in str(dist.get_backend()).lower():  # NCCL reduces CUDA tensors only
+            device = torch.device("cuda", torch.cuda.current_device())
+        return torch.tensor([float(x)], dtype=torch.float64, device=device)
+
+    def back(x, t):
+        # A count comes back a count; a sum of durations stays a float on every rank, even on
+        # the one that passed the int 0.
+        value = t.item()
+        integral = isinstance(x, (int, helper.np.integer)) and not isinstance(x, bool)
+        return int(value) if integral and value.is_integer() else value
+
+    def make_allreduce(original):
+        def allreduce_data(x, op):
+            if not helper.np.isscalar(x):
+                return original(x, op)
+            assert op in ("sum", "avg"), op
+            t = tensor(x)
+            dist.all_reduce(t)
+            if op == "avg":
+                t.div_(helper.get_world_size())
+                return t.item()  # an average of counts is no count
+            return back(x, t)
+        return allreduce_data
+
+    def make_reduce(original):
+        def reduce_data(x, dst):
+            if not helper.np.isscalar(x):
+                return original(x, dst)
+            t = tensor(x)
+            dist.reduce(t, dst)
+            return back(x, t)
+        return reduce_data
+
+    before = {name: helper.__dict__.get(name) for name in ("allreduce_data", "reduce_data")}
+    changed = _wrap_function(helper, "allreduce_data", make_allreduce) | \
+        _wrap_function(helper, "reduce_data", make_reduce)
+    # ding.utils re-exports both (and the collectors import them from there, later): keep the
+    # re-exports pointing at the fixed functions.
+    ding_utils = sys.modules.get("ding.utils")
+    for name, old in before.items():
+        if ding_utils is not None and old is not None and getattr(ding_utils, name, None) is old:
+            setattr(ding_utils, name, getattr(helper, name))
+    if changed:
+        _log("ding allreduce_data/reduce_data: scalars reduced as float64 on every rank")
+
+
+def _wrap_function(module, name: str, make) -> bool:
+    """Replace the module-level function module.name by make(original), once."""
+    original = module.__dict__.get(name)
+    if original is None or getattr(original, _MARK, False):
+        return False
+    wrapper = functools.wraps(original)(make(original))
+    setattr(wrapper, _MARK, True)
+    setattr(module, name, wrapper)
+    return True
+
+
 def _resuming_compile_config(original):
     @functools.wraps(original)
     def compile_config(cfg, *args, **kwargs):
@@ -368,7 +439,8 @@ HOOKS: dict[str, list[tuple[str, object]]] = {
                  ("skrl.agents.jax.base", _hook_skrl_jax_agent),
                  ("skrl.trainers.jax.base", _hook_skrl_trainer_base),
                  ("skrl.trainers.jax.sequential", _hook_skrl_trainer_sequential)],
-    "di_engine": [("ding.worker.learner.base_learner", _hook_ding_learner),
+    "di_engine": [("ding.utils.pytorch_ddp_dist_helper", _hook_ding_scalar_reductions),
+                  ("ding.worker.learner.base_learner", _hook_ding_learner),
                   ("ding.entry.serial_entry", _hook_ding_serial_entry)],
 }
 

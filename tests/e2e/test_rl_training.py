@@ -164,3 +164,24 @@ def test_di_engine_ddp_on_this_machine(cli, ding_python):
     check_learned(results)
     assert list(run_dir.glob("cartpole_dqn_ddp/ckpt/iteration_*.pth.tar"))  # ./<exp_name> in the run
     print(f"di_engine local 1x2: {time.monotonic() - t0:.1f} s")
+
+
+def test_di_engine_scalar_reductions_survive_uneven_episodes(cli, ding_python, tmp_path):
+    """ding's DDP collector all-reduces an int on a rank without a finished episode and a float
+    on one with (a resumed DQN run aborted in gloo: "8 vs 4"); under hpctrain every rank gets
+    the same sums, in the types it passed."""
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: ding-uneven\nlibrary: di_engine\n"
+                   f"config: {ROOT / 'tests' / 'programs' / 'ding_uneven_counts.py'}\n"
+                   "resources: {procs_per_node: 2}\n")
+    proc = cli("submit", str(job), "--set", f"python={ding_python}")
+    _, run_dir = submitted(proc.stdout)
+    code = wait_local(run_dir, timeout=180)
+    log = (run_dir / "logs" / "job.out").read_text(errors="replace")
+    assert code == 0, log[-4000:]
+    results = sorted(read_results(run_dir), key=lambda r: r["rank"])
+    assert [r["rank"] for r in results] == [0, 1], log[-3000:]
+    for r in results:
+        assert r["duration"] == 0.75 and r["samples"] == 17 and r["mean"] == 1.5, r
+        assert r["types"]["samples"] == "int" and r["types"]["duration"] == "float", r
+    assert results[0]["reduced"] == 3, results
