@@ -139,6 +139,8 @@ on_signal() {  # SIG
   if [[ -n "${CHILD:-}" ]] && kill -0 "$CHILD" 2>/dev/null; then
     log "preemption: SIG$1 received; forwarded to the ranks, they have 90 s to save"
     kill -s "$1" "$CHILD" 2>/dev/null || log "preemption: could not forward SIG$1 (the launch just ended?)"
+  elif [[ -n "${CHILD:-}" ]]; then
+    log "preemption: SIG$1 received after the ranks exited"
   else
     log "preemption: SIG$1 received before the ranks started"
   fi
