@@ -100,6 +100,10 @@ def environment() -> jinja2.Environment:
             lstrip_blocks=True,
             autoescape=False,
             bytecode_cache=_cache(),
+            # The templates do not change under a running hpctrain: without this, Jinja stats
+            # every template file on every get_template, a dozen per render (the includes),
+            # 1,000 renders in a sweep of 1,000.
+            auto_reload=False,
         )
         _env.filters["q"] = _q
         _env.filters["qjoin"] = _qjoin
