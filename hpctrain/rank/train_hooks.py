@@ -58,7 +58,7 @@ def _is_resume(path) -> bool:
 
 
 def _wrap(cls, name: str, make) -> bool:
-    """Replace cls.name by make(original), once."""
+    """Replace cls.name (a class's method or a module's function) by make(original), once."""
     original = cls.__dict__.get(name)
     if original is None or getattr(original, _MARK, False):
         return False
@@ -353,8 +353,8 @@ def _hook_ding_scalar_reductions(helper) -> None:
         return reduce_data
 
     before = {name: helper.__dict__.get(name) for name in ("allreduce_data", "reduce_data")}
-    changed = _wrap_function(helper, "allreduce_data", make_allreduce) | \
-        _wrap_function(helper, "reduce_data", make_reduce)
+    changed = _wrap(helper, "allreduce_data", make_allreduce) | \
+        _wrap(helper, "reduce_data", make_reduce)
     # ding.utils re-exports both (and the collectors import them from there, later): keep the
     # re-exports pointing at the fixed functions.
     ding_utils = sys.modules.get("ding.utils")
@@ -363,17 +363,6 @@ def _hook_ding_scalar_reductions(helper) -> None:
             setattr(ding_utils, name, getattr(helper, name))
     if changed:
         _log("ding allreduce_data/reduce_data: scalars reduced as float64 on every rank")
-
-
-def _wrap_function(module, name: str, make) -> bool:
-    """Replace the module-level function module.name by make(original), once."""
-    original = module.__dict__.get(name)
-    if original is None or getattr(original, _MARK, False):
-        return False
-    wrapper = functools.wraps(original)(make(original))
-    setattr(wrapper, _MARK, True)
-    setattr(module, name, wrapper)
-    return True
 
 
 def _resuming_compile_config(original):
