@@ -35,7 +35,7 @@ import functools
 import os
 import sys
 
-from .hooks import after_import
+from .hooks import after_import, follow_reexports
 
 __all__ = ["SHIMS", "APPLIED", "install"]
 
@@ -251,12 +251,10 @@ def _patch_ding(helper) -> None:
     # the name when it imports (after this hook has run). Scalar reductions (allreduce_data,
     # reduce_data: `.cuda()` in ding) are replaced on every device by the di_engine train hook,
     # which reduces on the process group's device (train_hooks._hook_ding_scalar_reductions).
-    ding_utils = sys.modules.get("ding.utils")
+    before = {name: getattr(helper, name) for name in replacements}
     for name, fn in replacements.items():
-        before = getattr(helper, name)
         setattr(helper, name, fn)
-        if ding_utils is not None and getattr(ding_utils, name, None) is before:
-            setattr(ding_utils, name, fn)
+    follow_reexports("ding.utils", helper, before)
     _log("ding dist_init: gloo, no torch.cuda.set_device(rank % device_count)")
 
 

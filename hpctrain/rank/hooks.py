@@ -80,3 +80,13 @@ def after_import(name: str, fn) -> None:
                 sys.meta_path.insert(0, _FINDER)
             return
     _call_hook(name, fn, module)
+
+
+def follow_reexports(package: str, module, before: dict) -> None:
+    """After a hook replaced functions of `module`: where `package` re-exported them (`from .x
+    import *`, already run), point those names at the replacements too. `before` maps each name
+    to the object it replaced."""
+    pkg = sys.modules.get(package)
+    for name, old in before.items():
+        if pkg is not None and old is not None and getattr(pkg, name, None) is old:
+            setattr(pkg, name, getattr(module, name))

@@ -29,10 +29,9 @@ from __future__ import annotations
 import functools
 import os
 import re
-import sys
 
 from . import progress, stop
-from .hooks import after_import
+from .hooks import after_import, follow_reexports
 
 _MARK = "_hpctrain_train_hook"
 APPLIED: list[str] = []
@@ -355,12 +354,8 @@ def _hook_ding_scalar_reductions(helper) -> None:
     before = {name: helper.__dict__.get(name) for name in ("allreduce_data", "reduce_data")}
     changed = _wrap(helper, "allreduce_data", make_allreduce) | \
         _wrap(helper, "reduce_data", make_reduce)
-    # ding.utils re-exports both (and the collectors import them from there, later): keep the
-    # re-exports pointing at the fixed functions.
-    ding_utils = sys.modules.get("ding.utils")
-    for name, old in before.items():
-        if ding_utils is not None and old is not None and getattr(ding_utils, name, None) is old:
-            setattr(ding_utils, name, getattr(helper, name))
+    # ding.utils re-exports both (and the collectors import them from there, later).
+    follow_reexports("ding.utils", helper, before)
     if changed:
         _log("ding allreduce_data/reduce_data: scalars reduced as float64 on every rank")
 
