@@ -209,7 +209,10 @@ def test_node_cut_off_is_excluded_on_requeue_and_the_job_completes_elsewhere(cli
     assert info["Restarts"] == "1", info
     assert victim in _hostnames(info["ExcNodeList"]), info
     assert victim not in _hostnames(info["NodeList"]), info
-    assert re.search(rf"hpctrain: failure: preflight failed: {victim} did not reach the head", log), log
+    # The failure line joins every node's report in srun's output order: the victim's own
+    # ("node2: cannot reach the head …") or the head's ("node2 did not reach the head …") first.
+    assert re.search(rf"hpctrain: failure: preflight failed: [^\n]*\b{victim}\b:? (cannot|did not) reach "
+                     r"the head", log), log
     assert re.search(rf"hpctrain: recovery: preflight failure, excluding {victim}: requeueing job "
                      rf"{job_id} without {victim}", log), log
     runs = attempts(run_dir)
