@@ -58,12 +58,14 @@ def _check_events(text: str, source: str) -> None:
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    raise HpctrainError(f"nested deeper than {MAX_DEPTH} levels",
-                                        f"{source}:{event.start_mark.line + 1}",
-                                        "a job file is a few levels deep: check the indentation")
+                    raise _too_deep(source, event.start_mark.line + 1)
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
     except yaml.MarkedYAMLError as exc:
+        if "nesting depth" in str(exc.problem):
+            # libyaml (PyYAML >= 6.0.3's C parser) stops very deep nesting itself, before the
+            # events reach the count above: the same error, whatever the PyYAML release.
+            raise _too_deep(source, exc.problem_mark.line + 1 if exc.problem_mark else None) from None
         raise _invalid(exc, source) from None
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, ...)
         line = text[:exc.position].count("\n") + 1
@@ -72,6 +74,12 @@ def _check_events(text: str, source: str) -> None:
                             "are never part of a job)") from None
     except yaml.YAMLError as exc:
         raise HpctrainError(f"this is not valid YAML: {exc}", source) from None
+
+
+def _too_deep(source: str, line: int | None) -> HpctrainError:
+    return HpctrainError(f"nested deeper than {MAX_DEPTH} levels",
+                         f"{source}:{line}" if line else source,
+                         "a job file is a few levels deep: check the indentation")
 
 
 def _invalid(exc: yaml.MarkedYAMLError, source: str) -> HpctrainError:
