@@ -185,3 +185,20 @@ def test_di_engine_scalar_reductions_survive_uneven_episodes(cli, ding_python, t
         assert r["duration"] == 0.75 and r["samples"] == 17 and r["mean"] == 1.5, r
         assert r["types"]["samples"] == "int" and r["types"]["duration"] == "float", r
     assert results[0]["reduced"] == 3, results
+
+
+@pytest.mark.slurm
+def test_di_engine_trains_on_two_nodes(cli, cluster, ding_python):
+    """DI-engine's DDP pipeline across two hosts, one rank each (world 2 over node boundaries):
+    the same checks as the other libraries' 2-node runs. On GPUs its LogReduceHook puts tensors
+    on cuda:<global rank> (the adapter warns about it); in CPU mode that device is the CPU, so
+    the pipeline itself runs across nodes here."""
+    proc = cli("submit", "examples/di_engine/cartpole_dqn_ddp.yaml", "--site", cluster,
+               "--set", f"python={ding_python}", "--set", "resources.nodes=2",
+               "--set", "resources.procs_per_node=1")
+    job_id, run_dir = submitted(proc.stdout)
+    info = wait_for_job(job_id, timeout=400)
+    log = cluster_log(run_dir)
+    assert info["JobState"] == "COMPLETED", log[-4000:]
+    check_trained(read_results(run_dir), log, world=2, hosts=2)
+    assert list(run_dir.glob("cartpole_dqn_ddp/ckpt/iteration_*.pth.tar"))  # ./<exp_name> in the run
