@@ -77,6 +77,23 @@ def check_progress(cli, ref: str, run_dir: Path, results: list[dict], library: s
     assert [r["rank"] for r in shown["ranks"]] == sorted(reports), shown
 
 
+def check_plot(cli, job_id: str, run_dir: Path, results: list[dict], tmp_path: Path) -> None:
+    """`hpctrain plot` on the event files rsl-rl's own logger wrote (rank 0, its log_dir): its
+    own tags, one point per learning iteration, in a non-empty PNG."""
+    from hpctrain.curves import read_run
+    png = tmp_path / "rsl_rl.png"
+    out = cli("plot", job_id, "--out", png).stdout
+    assert out.splitlines()[-1] == str(png), out
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    [scalars] = read_run(str(run_dir))
+    assert "Loss/value" in scalars.tags and "Perf/total_fps" in scalars.tags, scalars.tags
+    [last] = {r["iteration"] for r in results}
+    curve = scalars.curve("Loss/value")
+    assert curve.steps == list(range(last + 1)) and curve.attempts == 1, curve
+    assert all(math.isfinite(v) for v in curve.values), curve
+    assert f"Loss/value {last + 1} points" in out, out
+
+
 def check_trained(results: list[dict], log: str, world: int, hosts: int) -> None:
     assert sorted(r["rank"] for r in results) == list(range(world)), log[-3000:]
     assert {r["world_size"] for r in results} == {world}
@@ -88,7 +105,7 @@ def check_trained(results: list[dict], log: str, world: int, hosts: int) -> None
 
 @pytest.mark.slurm
 @pytest.mark.parametrize("library", list(LIBRARIES))
-def test_library_trains_on_two_nodes(library, cli, cluster):
+def test_library_trains_on_two_nodes(library, cli, cluster, tmp_path):
     from hpctrain.libraries import adapter
     job_file, pattern = LIBRARIES[library]
     assert pattern in adapter(library).checkpoint_globs  # what resume will look for is what is written
@@ -106,6 +123,8 @@ def test_library_trains_on_two_nodes(library, cli, cluster):
     assert ckpts, f"no checkpoint matching {pattern} in {run_dir}"
     assert [r["rank"] for r in results if r["checkpoint"]] == [0]  # rank 0 only
     check_progress(cli, job_id, run_dir, results, library)
+    if library == "rsl_rl":  # the cheapest of those whose own logger writes TensorBoard files
+        check_plot(cli, job_id, run_dir, results, tmp_path)
     print(f"{library}: 2x2 job {job_id} end to end {time.monotonic() - t0:.1f} s")
 
 
