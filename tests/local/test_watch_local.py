@@ -118,3 +118,40 @@ def test_wait_status_list_plot_and_tensorboard_follow_a_real_run(cli, job, tmp_p
         if board.poll() is None:
             board.kill()
             board.wait(timeout=30)
+
+
+def test_tensorboard_of_a_sweep_serves_every_task(cli, tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"name: watch-sweep\nlibrary: command\nscript: {PROGRAM}\n"
+                    'args: ["--steps", "3"]\n'
+                    f"python: {sys.executable}\nresources: {{procs_per_node: 1}}\n"
+                    "sweep: {seeds: [1, 2], parallel: 2}\n")
+    _, run_dir = submitted(cli("submit", str(path), "--wait", timeout=300).stdout)
+    port = free_port()
+    board = subprocess.Popen([sys.executable, "-m", "hpctrain", "tensorboard", str(run_dir),
+                              "--port", str(port)],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = [board.stdout.readline() for _ in range(3)]
+        assert said[0].startswith(f"TensorBoard http://127.0.0.1:{port}/ serving run "), said
+        assert [s.strip() for s in said[1:]] == ["tasks/0/tb", "tasks/1/tb"], said
+        base = f"http://127.0.0.1:{port}/data/plugin/scalars"
+        deadline = time.monotonic() + 120
+        while True:  # TensorBoard loads the event files in the background after it starts
+            tags = get_json(f"{base}/tags")
+            runs = sorted(r for r, t in tags.items() if "train/reward" in t)
+            if len(runs) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert runs == ["tasks/0/tb", "tasks/1/tb"], tags  # one TensorBoard run per task
+        for name in runs:
+            query = urllib.parse.urlencode({"run": name, "tag": "train/reward"})
+            points = get_json(f"{base}/scalars?{query}")
+            assert [(step, value) for _, step, value in points] == [(1, 10.0), (2, 20.0), (3, 30.0)]
+    finally:
+        board.send_signal(signal.SIGINT)
+        try:
+            board.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            board.kill()
+            board.wait(timeout=30)

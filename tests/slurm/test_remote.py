@@ -224,6 +224,30 @@ print("RUN", handle.run_dir)
     assert list((far / "far-fn").glob("*/submitit/*_submitted.pkl"))  # pickled here, sent there
 
 
+def test_job_from_a_notebook_cell_runs_its_command(home, site, project, far):
+    jf = job(project, "far-api", nodes=2, procs=1, args=["--seconds", "1"])
+    cell = f"""
+import json, hpctrain
+handle = hpctrain.submit({jf.name!r}, site={str(site)!r})
+print("RESULT", json.dumps(handle.result(timeout=240)))
+print("STATE", handle.status().state.value)
+print("RUN", handle.run_dir)
+"""
+    proc = subprocess.run([str(ON_LAPTOP), sys.executable, "-c", cell], cwd=project,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    mirror = Path(proc.stdout.split("RUN ", 1)[1].split()[0])
+    assert mirror.is_relative_to(Path(os.environ["HPCTRAIN_RUNS_DIR"]))
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert result["exit_code"] == 0 and result["run_dir"] == str(mirror), proc.stdout
+    assert "STATE COMPLETED" in proc.stdout, proc.stdout
+    cluster_dir = far_run(far, "far-api", mirror.name)
+    assert (cluster_dir / "code" / "train.py").is_file()  # the job ran on the cluster's copy
+    ranks = sorted(json.loads(p.read_text())["rank"] for p in (mirror / "results").glob("rank-*.json"))
+    assert ranks == [0, 1], proc.stdout  # fetched back through the login node
+    assert status(result["job"], project)["state"]["state"] == "COMPLETED"
+
+
 def test_python_version_mismatch_is_a_clear_error(home, site, project):
     other = "/root/.pyenv/versions/3.12.1/bin/python3"
     assert Path(other).exists()
