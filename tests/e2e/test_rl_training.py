@@ -267,5 +267,7 @@ def test_di_engine_trains_on_two_nodes(cli, cluster, ding_python):
     info = wait_for_job(job_id, timeout=400)
     log = cluster_log(run_dir)
     assert info["JobState"] == "COMPLETED", log[-4000:]
-    check_trained(read_results(run_dir), log, world=2, hosts=2)
+    results = read_results(run_dir)
+    check_trained(results, log, world=2, hosts=2)
     assert list(run_dir.glob("cartpole_dqn_ddp/ckpt/iteration_*.pth.tar"))  # ./<exp_name> in the run
+    check_progress(cli, job_id, run_dir, results, "di_engine")
