@@ -203,14 +203,19 @@ def _skrl_agent_hooks(base, agree, barrier, framework: str) -> bool:
     def make_post(original):
         def post_interaction(self, *, timestep, timesteps):
             offset = getattr(self, "_hpctrain_offset", 0)
+            # Read before the call: at every write_interval skrl writes its tracking data to
+            # TensorBoard and clears it. Episodes end rarely, so the newest mean is kept.
+            rewards = self.tracking_data.get("Reward / Total reward (mean)")
+            newest = _number(rewards[-1]) if rewards else None
+            if newest is not None:
+                self._hpctrain_reward = newest
             out = original(self, timestep=timestep + offset, timesteps=timesteps + offset)
             rollouts = getattr(getattr(self, "cfg", None), "rollouts", None)
             rollout = getattr(self, "_rollout", None)
             if rollouts and rollout is not None and (not self.training or rollout % rollouts):
                 return out  # mid-rollout: no update happened, nothing that could be resumed
             step = timestep + offset + 1  # skrl's own count, as in its checkpoint names
-            rewards = self.tracking_data.get("Reward / Total reward (mean)") or [None]
-            _report(step, reward=rewards[-1])
+            _report(step, reward=getattr(self, "_hpctrain_reward", None))
             if _stop_now(agree):
                 path = None
                 if self.checkpoint_interval and self.checkpoint_interval > 0:  # rank 0, as skrl

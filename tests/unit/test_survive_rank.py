@@ -194,3 +194,35 @@ def test_every_librarys_train_hooks_exist():
         assert set(adapter(name).train_hooks) <= set(train_hooks.HOOKS), name
     assert {"rl_games", "rsl_rl", "skrl", "skrl_jax", "di_engine"} <= {
         h for n in LIBRARIES for h in adapter(n).train_hooks}
+
+
+def test_skrl_reward_survives_skrls_write_and_clear(monkeypatch):
+    """skrl's Agent.post_interaction writes its tracking data at every write_interval and then
+    clears it (skrl/agents/torch/base.py: write_tracking_data): the progress hook reads the mean
+    reward before that call and keeps the newest, so a write step still reports it."""
+    import types
+    reported = []
+    monkeypatch.setattr(train_hooks, "_report", lambda step, **m: reported.append((step, m)))
+
+    class Agent:  # the part of skrl's base Agent the hook touches, with skrl's clearing
+        write_interval, checkpoint_interval, training = 2, 0, True
+
+        def __init__(self):
+            self.tracking_data = {}
+
+        def load(self, path):
+            pass
+
+        def post_interaction(self, *, timestep, timesteps):
+            if not (timestep + 1) % self.write_interval:
+                self.tracking_data.clear()  # written to TensorBoard, then cleared
+
+    base = types.SimpleNamespace(Agent=Agent)
+    assert train_hooks._skrl_agent_hooks(base, lambda flag: flag, lambda: None, "torch")
+    agent = Agent()
+    agent.tracking_data["Reward / Total reward (mean)"] = [-900.0, -850.5]  # episodes ended
+    agent.post_interaction(timestep=1, timesteps=10)  # a write step: skrl clears the data
+    agent.post_interaction(timestep=2, timesteps=10)  # no episode ended since
+    agent.tracking_data["Reward / Total reward (mean)"] = [float("nan")]  # no metric: kept
+    agent.post_interaction(timestep=3, timesteps=10)
+    assert reported == [(2, {"reward": -850.5}), (3, {"reward": -850.5}), (4, {"reward": -850.5})]
