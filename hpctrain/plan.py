@@ -133,7 +133,7 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
     spec, site = job.spec, job.site
     lib = adapter(spec.library)
     ppn = procs_per_node(spec)
-    preempt = survive.preemption(job)
+    preempt = survive.preemption(job, backend_class(site.scheduler).preemption)
     directives = directive_table(job, run_dir, preempt)
     gpus = gpu_request(job)
     if gpus and gpus[0] in site.sbatch_skip:
