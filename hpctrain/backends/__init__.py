@@ -23,9 +23,25 @@ SCHEDULERS = {"slurm": ("slurm", "SlurmBackend"), "local": ("local", "LocalBacke
               "ssh": ("ssh", "SshBackend")}
 BACKENDS = dict(SCHEDULERS, submitit=("submitit", "SubmititBackend"))
 # Site-profile keys that only some schedulers read: a profile of another scheduler that sets one
-# is refused (checks.check_site), so that a misplaced key never passes in silence.
+# is refused (check_site below), so that a misplaced key never passes in silence.
 SITE_KEYS = {"hosts": ("ssh",), "ssh": ("ssh", "slurm"), "sync": ("ssh",), "login": ("slurm",),
              "remote": ("slurm",)}
+
+
+def check_site(site, doc) -> None:
+    """The site profile's scheduler and the keys only some schedulers read (checks.check_site
+    asks here, so that only backends/ compares scheduler names)."""
+    from ..errors import HpctrainError, did_you_mean
+    if site.scheduler not in SCHEDULERS:
+        raise HpctrainError(f"unknown scheduler '{site.scheduler}'", doc.where(("scheduler",)),
+                            did_you_mean(site.scheduler, SCHEDULERS))
+    for key, owners in SITE_KEYS.items():
+        if key in doc and site.scheduler not in owners:
+            raise HpctrainError(f"'{key}' is read by scheduler {' or '.join(repr(o) for o in owners)} only, and "
+                                f"site '{site.name}' uses scheduler '{site.scheduler}'",
+                                doc.where((key,)),
+                                f"remove '{key}', or set scheduler: {owners[0]}")
+    backend_class(site.scheduler).check_site(site, doc)
 
 
 def backend(name: str) -> Backend:
@@ -50,4 +66,4 @@ def backend_class(name: str) -> type[Backend]:
 
 
 __all__ = ["Backend", "BACKENDS", "JobState", "SCHEDULERS", "SITE_KEYS", "State", "backend",
-           "backend_class", "for_run"]
+           "backend_class", "check_site", "for_run"]

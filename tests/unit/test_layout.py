@@ -128,17 +128,34 @@ def test_rank_side_is_stdlib_only_and_self_contained():
 
 
 def test_only_backends_know_schedulers():
-    """No `scheduler ==` (or a scheduler's name compared) outside backends/ and the template
-    roots of each scheduler; the rest asks the backend what it can do."""
-    pattern = re.compile(r"""(scheduler|backend)\s*[!=]=\s*['"](slurm|local|submitit)['"]|"""
-                         r"""['"](slurm|local)['"]\s*[!=]=""")
+    """No scheduler comparison outside backends/ and the template roots of each scheduler: not
+    a registered scheduler's name compared (==, !=, in, not in, alone or in a tuple), nor a
+    `scheduler`/`backend` value compared with anything; the rest asks the backend what it can
+    do."""
+    from hpctrain.backends import BACKENDS
+    names = set(BACKENDS)
+
+    def a_name(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(map(a_name, node.elts))
+
+    def a_scheduler(node) -> bool:
+        last = node.id if isinstance(node, ast.Name) else \
+            node.attr if isinstance(node, ast.Attribute) else ""
+        return last in ("scheduler", "backend")
+
     offenders = []
     for path in PACKAGE.rglob("*.py"):
         if "backends" in path.parts:
             continue
-        for i, line in enumerate(path.read_text().splitlines(), 1):
-            if pattern.search(line):
-                offenders.append(f"{path.relative_to(PACKAGE)}:{i}: {line.strip()}")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare) or \
+                    not all(isinstance(o, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for o in node.ops):
+                continue
+            sides = [node.left, *node.comparators]
+            if any(a_name(n) or a_scheduler(n) for n in sides):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
     shared = PACKAGE.parent / "templates" / "parts"
     for path in shared.glob("*.j2"):
         text = path.read_text()
