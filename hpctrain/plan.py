@@ -20,8 +20,8 @@ from .loading import Job
 from .sbatch_options import option_values
 from .spec import env_text
 
-# A msgspec Struct rather than a dataclass: `dataclasses` (with `inspect`) is ~5 ms of imports
-# on render's path, a tenth of what hpctrain adds to the interpreter's start.
+# A msgspec Struct rather than a dataclass: render's path then imports neither `dataclasses` nor
+# `inspect`, which it needs for nothing else (bench/run's render rows measure that path).
 class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     site: str
