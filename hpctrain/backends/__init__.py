@@ -6,7 +6,8 @@
     submitit.py  Python functions, through submitit     (the Slurm or local script of its site)
 
 Adding a scheduler: a module here with a subclass of base.Backend (the abstract methods say what
-it must answer: header syntax, submit, state, cancel, where its output lands), a template folder
+it must answer: submit, state, cancel, where its output lands; `header` writes the directive
+table and defaults to no header), a template folder
 templates/<name>/ with job.sh.j2 and array.sh.j2 that extend the shared parts, and a line in
 SCHEDULERS below. Nothing outside backends/ and templates/<name>/ may ask which scheduler a job
 uses: the rest asks the backend what it can do (Backend.max_nodes, .preemption, ...).
