@@ -164,3 +164,13 @@ def test_only_backends_know_schedulers():
             if re.search(r"scheduler|backend", tags) or re.search(r"\b(srun|sbatch|scontrol|SLURM_\w+)", line):
                 offenders.append(f"templates/parts/{path.name}:{i}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_which_runs_a_job_can_wait_for_is_the_backends_answer():
+    """chains.py asks Backend.waits_for instead of comparing scheduler names: a scheduler with
+    dependencies waits for its own runs only, one without waits for none."""
+    from hpctrain.backends import BACKENDS, backend_class
+    for name in BACKENDS:
+        cls = backend_class(name)
+        assert {o for o in BACKENDS if cls.waits_for(o)} == ({name} if cls.dependencies else set())
+    assert backend_class("slurm").waits_for("slurm") and not backend_class("slurm").waits_for("ssh")
