@@ -56,7 +56,8 @@ def resolve(spec, site, where) -> tuple[dict, ...]:
     from .backends import backend_class
     from .runs import find
     at = where(("after",))
-    if not backend_class(site.scheduler).dependencies:
+    chosen = backend_class(site.scheduler)
+    if not chosen.dependencies:
         raise HpctrainError(f"site '{site.name}' runs a job at once: it cannot wait for another "
                             "run ('after')", at, "submit it when the other run has ended, or "
                             "use a cluster site (--site NAME)")
@@ -76,7 +77,7 @@ def resolve(spec, site, where) -> tuple[dict, ...]:
             raise HpctrainError(f"'after' names run {run.id}, which has no job (its submit did "
                                 "not finish)", at, "name a run that was submitted")
         scheduler = rec.scheduler or rec.backend
-        if scheduler != site.scheduler:
+        if not chosen.waits_for(scheduler):
             raise HpctrainError(f"'after' names run {run.id}, which ran on '{scheduler}'; this "
                                 f"job goes to '{site.scheduler}' (site '{site.name}')", at,
                                 "a job can only wait for runs of its own scheduler")

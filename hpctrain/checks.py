@@ -64,18 +64,9 @@ def _control(path: tuple, value: str, where) -> None:
 
 def check_site(site: SiteProfile, doc: Located) -> None:
     """A site profile on its own: names that must exist, settings that go together."""
-    from .backends import SCHEDULERS, SITE_KEYS, backend_class
+    from .backends import check_site as check_scheduler
     check_text(dict(doc), doc.where)
-    if site.scheduler not in SCHEDULERS:
-        raise HpctrainError(f"unknown scheduler '{site.scheduler}'", doc.where(("scheduler",)),
-                            did_you_mean(site.scheduler, SCHEDULERS))
-    for key, owners in SITE_KEYS.items():
-        if key in doc and site.scheduler not in owners:
-            raise HpctrainError(f"'{key}' is read by scheduler {' or '.join(repr(o) for o in owners)} only, and "
-                                f"site '{site.name}' uses scheduler '{site.scheduler}'",
-                                doc.where((key,)),
-                                f"remove '{key}', or set scheduler: {owners[0]}")
-    backend_class(site.scheduler).check_site(site, doc)
+    check_scheduler(site, doc)
     head = site.head
     if head.mode == "interface" and not head.interface:
         raise HpctrainError("head.mode is 'interface' but head.interface is not set",

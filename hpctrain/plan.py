@@ -20,8 +20,8 @@ from .loading import Job
 from .sbatch_options import option_values
 from .spec import env_text
 
-# A msgspec Struct rather than a dataclass: `dataclasses` (with `inspect`) is ~5 ms of imports
-# on render's path, a tenth of what hpctrain adds to the interpreter's start.
+# A msgspec Struct rather than a dataclass: render's path then imports neither `dataclasses` nor
+# `inspect`, which it needs for nothing else (bench/run's render rows measure that path).
 class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     site: str
@@ -133,7 +133,7 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
     spec, site = job.spec, job.site
     lib = adapter(spec.library)
     ppn = procs_per_node(spec)
-    preempt = survive.preemption(job)
+    preempt = survive.preemption(job, backend_class(site.scheduler).preemption)
     directives = directive_table(job, run_dir, preempt)
     gpus = gpu_request(job)
     if gpus and gpus[0] in site.sbatch_skip:

@@ -113,11 +113,11 @@ def environment() -> jinja2.Environment:
     return _env
 
 
-def render_plan(plan, root: str = "job.sh.j2") -> str:
+def render_plan(plan, header: list[str], root: str = "job.sh.j2") -> str:
     """The script for a plan (a LaunchPlan, or an ArrayPlan with root "array.sh.j2") from its
-    backend's template folder: same plan, same bytes."""
-    from .backends import backend_class
-    header = backend_class(plan.backend)().header(plan.directives)
+    backend's template folder: same plan, same bytes. The header (the directive table in the
+    scheduler's syntax) comes from the caller's backend: render stays below the backends, one of
+    which renders parts of a script itself (submitit)."""
     return environment().get_template(f"{plan.backend}/{root}").render(plan=plan, header=header)
 
 

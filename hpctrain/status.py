@@ -234,7 +234,7 @@ def wait(run: Run, on_change=None, timeout: float | None = None, first_poll: flo
         last = key
         if st.state.done:
             return st
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None and time.monotonic() >= deadline:
             return st
         until = time.monotonic() + poll
         if deadline is not None:

@@ -81,10 +81,11 @@ def _prepare_one(job: Job, run_id: str, run_dir: Path, code_dir: str | None = No
     # workdir: where the job runs from on the cluster, when that is not where it was loaded
     plan = make_plan(job if workdir is None else msgspec.structs.replace(job, workdir=workdir),
                      str(run_dir), code_dir)
-    cls = backend_class(plan.backend)
-    return Prepared(job=job, plan=plan, script=render_plan(plan), run_id=run_id, run_dir=run_dir,
-                    backend=plan.backend, script_name=cls.script_name,
-                    submit_command=cls().submit_command(run_dir / cls.script_name, plan),
+    chosen = backend_class(plan.backend)()
+    return Prepared(job=job, plan=plan, script=render_plan(plan, chosen.header(plan.directives)),
+                    run_id=run_id, run_dir=run_dir,
+                    backend=plan.backend, script_name=chosen.script_name,
+                    submit_command=chosen.submit_command(run_dir / chosen.script_name, plan),
                     snapshot=settings)
 
 
@@ -99,11 +100,12 @@ def _prepare_sweep(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
     k = parallelism(job, len(subs))
     waits = directives(job.after, job.spec.sbatch)
     aplan = make_array_plan(str(run_dir), subs[0].plan, len(subs), k, subs[0].script_name, waits)
-    cls = backend_class(aplan.backend)
-    return Prepared(job=job, plan=subs[0].plan, script=render_plan(aplan, "array.sh.j2"),
+    chosen = backend_class(aplan.backend)()
+    return Prepared(job=job, plan=subs[0].plan,
+                    script=render_plan(aplan, chosen.header(aplan.directives), "array.sh.j2"),
                     run_id=run_id, run_dir=run_dir, backend=aplan.backend,
-                    script_name=cls.script_name,
-                    submit_command=cls().submit_command(run_dir / cls.script_name, subs[0].plan),
+                    script_name=chosen.script_name,
+                    submit_command=chosen.submit_command(run_dir / chosen.script_name, subs[0].plan),
                     tasks=subs, parallel=k, snapshot=settings)
 
 

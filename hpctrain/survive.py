@@ -96,8 +96,10 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING
 
-from .loading import Job
+if TYPE_CHECKING:  # a backend (submitit) reads this module, so it stays below loading
+    from .loading import Job
 
 # Signals whose default action kills torchrun's agent, which does not handle them: the agent is
 # started with them ignored (see 2. above). TERM/INT/HUP the agent handles itself; URG is
@@ -105,13 +107,12 @@ from .loading import Job
 IGNORED_BY_AGENT = ("USR1", "USR2")
 
 
-def preemption(job: Job) -> dict | None:
+def preemption(job: Job, supported: bool) -> dict | None:
     """The preemption settings for the script, or None where the job has none (preemption off,
-    or a scheduler that neither signals ahead of the limit nor requeues). checks.py made sure
-    the timing fits."""
-    from .backends import backend_class
+    or `supported` false: the site's backend neither signals ahead of the limit nor requeues,
+    which the caller asks the backend). checks.py made sure the timing fits."""
     p = job.spec.preemption
-    if not p.enabled or not backend_class(job.site.scheduler).preemption:
+    if not p.enabled or not supported:
         return None
     return {
         "signal": p.signal,

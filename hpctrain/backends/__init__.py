@@ -6,7 +6,8 @@
     submitit.py  Python functions, through submitit     (the Slurm or local script of its site)
 
 Adding a scheduler: a module here with a subclass of base.Backend (the abstract methods say what
-it must answer: header syntax, submit, state, cancel, where its output lands), a template folder
+it must answer: submit, state, cancel, where its output lands; `header` writes the directive
+table and defaults to no header), a template folder
 templates/<name>/ with job.sh.j2 and array.sh.j2 that extend the shared parts, and a line in
 SCHEDULERS below. Nothing outside backends/ and templates/<name>/ may ask which scheduler a job
 uses: the rest asks the backend what it can do (Backend.max_nodes, .preemption, ...).
@@ -23,9 +24,25 @@ SCHEDULERS = {"slurm": ("slurm", "SlurmBackend"), "local": ("local", "LocalBacke
               "ssh": ("ssh", "SshBackend")}
 BACKENDS = dict(SCHEDULERS, submitit=("submitit", "SubmititBackend"))
 # Site-profile keys that only some schedulers read: a profile of another scheduler that sets one
-# is refused (checks.check_site), so that a misplaced key never passes in silence.
+# is refused (check_site below), so that a misplaced key never passes in silence.
 SITE_KEYS = {"hosts": ("ssh",), "ssh": ("ssh", "slurm"), "sync": ("ssh",), "login": ("slurm",),
              "remote": ("slurm",)}
+
+
+def check_site(site, doc) -> None:
+    """The site profile's scheduler and the keys only some schedulers read (checks.check_site
+    asks here, so that only backends/ compares scheduler names)."""
+    from ..errors import HpctrainError, did_you_mean
+    if site.scheduler not in SCHEDULERS:
+        raise HpctrainError(f"unknown scheduler '{site.scheduler}'", doc.where(("scheduler",)),
+                            did_you_mean(site.scheduler, SCHEDULERS))
+    for key, owners in SITE_KEYS.items():
+        if key in doc and site.scheduler not in owners:
+            raise HpctrainError(f"'{key}' is read by scheduler {' or '.join(repr(o) for o in owners)} only, and "
+                                f"site '{site.name}' uses scheduler '{site.scheduler}'",
+                                doc.where((key,)),
+                                f"remove '{key}', or set scheduler: {owners[0]}")
+    backend_class(site.scheduler).check_site(site, doc)
 
 
 def backend(name: str) -> Backend:
@@ -50,4 +67,4 @@ def backend_class(name: str) -> type[Backend]:
 
 
 __all__ = ["Backend", "BACKENDS", "JobState", "SCHEDULERS", "SITE_KEYS", "State", "backend",
-           "backend_class", "for_run"]
+           "backend_class", "check_site", "for_run"]

@@ -109,6 +109,12 @@ class Backend(abc.ABC):
         return []
 
     @classmethod
+    def waits_for(cls, scheduler: str) -> bool:
+        """Whether a job of this scheduler can wait for a run recorded under `scheduler`
+        (chains.py): only for its own, whose job ids its dependencies name."""
+        return cls.dependencies and scheduler == cls.name
+
+    @classmethod
     def plan_values(cls, job) -> dict:
         """Plain values only this scheduler's templates use: LaunchPlan.scheduler."""
         return {}

@@ -330,8 +330,6 @@ class RemoteBackend(Backend):
         return ["ssh", self.far["login"], "--", *self.inner.submit_command(script, plan)]
 
     def submit(self, run: Run, prep) -> str:
-        from ..checks import check_secrets
-        check_secrets(prep.job)
         job, far_dir = prep.job, Path(self.far["path"])
         where = job.origins.site(("login",)) if job.origins is not None else None
         run.update(extra=dict(run.record.extra, remote=self.far))

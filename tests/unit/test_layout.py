@@ -20,13 +20,16 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """Every hpctrain module this one imports, at the top or deferred inside a function."""
+    """Every hpctrain module this one imports, at the top or deferred inside a function, by an
+    import statement or through importlib.import_module (a registry's lookup)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):  # what `if TYPE_CHECKING:` imports is never imported
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             node.body = []
+    # What a registry can hand to import_module: the strings of this file that name a module.
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     for node in ast.walk(tree):
         targets: list[str] = []
         if isinstance(node, ast.Import):
@@ -38,23 +41,35 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
                 anchor = anchor[:len(anchor) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Call) and node.args and \
+                getattr(node.func, "id", getattr(node.func, "attr", None)) == "import_module":
+            # import_module(".x", __name__) resolves against the package named by its second
+            # argument; a computed name (the registries) against the calling package.
+            anchor = name if len(node.args) > 1 and ast.unparse(node.args[1]) == "__name__" else package
+            first = node.args[0]
+            if isinstance(first, ast.Constant):
+                targets = [anchor + first.value if first.value.startswith(".") else first.value]
+            else:
+                targets = [f"{anchor}.{s}" for s in strings if f"{anchor}.{s}" in known]
         for target in targets:
             while target and target not in known:
                 target = target.rpartition(".")[0]
-            if target and target != name:
-                found.add(target)
-                # Importing a module runs its packages' __init__ first.
-                parent = target.rpartition(".")[0]
-                while parent:
-                    if parent != name and not name.startswith(parent + "."):
-                        found.add(parent)
-                    parent = parent.rpartition(".")[0]
+            # Importing a module runs its packages' __init__ first; the packages this module
+            # sits in are already running by then, so they are no edge.
+            while target:
+                if target != name and not name.startswith(target + "."):
+                    found.add(target)
+                target = target.rpartition(".")[0]
     return found
 
 
 def test_no_import_cycle():
     mods = _modules()
     graph = {name: _imports(name, path, set(mods)) for name, path in mods.items()}
+    # The registries' lookups are edges too (a cycle through one is as real as any).
+    assert {"hpctrain.backends.submitit", "hpctrain.backends.remote"} <= graph["hpctrain.backends"]
+    assert "hpctrain.libraries.rsl_rl" in graph["hpctrain.libraries"]
+    assert "hpctrain.submission" in graph["hpctrain"]
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -113,17 +128,34 @@ def test_rank_side_is_stdlib_only_and_self_contained():
 
 
 def test_only_backends_know_schedulers():
-    """No `scheduler ==` (or a scheduler's name compared) outside backends/ and the template
-    roots of each scheduler; the rest asks the backend what it can do."""
-    pattern = re.compile(r"""(scheduler|backend)\s*[!=]=\s*['"](slurm|local|submitit)['"]|"""
-                         r"""['"](slurm|local)['"]\s*[!=]=""")
+    """No scheduler comparison outside backends/ and the template roots of each scheduler: not
+    a registered scheduler's name compared (==, !=, in, not in, alone or in a tuple), nor a
+    `scheduler`/`backend` value compared with anything; the rest asks the backend what it can
+    do."""
+    from hpctrain.backends import BACKENDS
+    names = set(BACKENDS)
+
+    def a_name(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(map(a_name, node.elts))
+
+    def a_scheduler(node) -> bool:
+        last = node.id if isinstance(node, ast.Name) else \
+            node.attr if isinstance(node, ast.Attribute) else ""
+        return last in ("scheduler", "backend")
+
     offenders = []
     for path in PACKAGE.rglob("*.py"):
         if "backends" in path.parts:
             continue
-        for i, line in enumerate(path.read_text().splitlines(), 1):
-            if pattern.search(line):
-                offenders.append(f"{path.relative_to(PACKAGE)}:{i}: {line.strip()}")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare) or \
+                    not all(isinstance(o, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for o in node.ops):
+                continue
+            sides = [node.left, *node.comparators]
+            if any(a_name(n) or a_scheduler(n) for n in sides):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
     shared = PACKAGE.parent / "templates" / "parts"
     for path in shared.glob("*.j2"):
         text = path.read_text()
@@ -132,3 +164,13 @@ def test_only_backends_know_schedulers():
             if re.search(r"scheduler|backend", tags) or re.search(r"\b(srun|sbatch|scontrol|SLURM_\w+)", line):
                 offenders.append(f"templates/parts/{path.name}:{i}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_which_runs_a_job_can_wait_for_is_the_backends_answer():
+    """chains.py asks Backend.waits_for instead of comparing scheduler names: a scheduler with
+    dependencies waits for its own runs only, one without waits for none."""
+    from hpctrain.backends import BACKENDS, backend_class
+    for name in BACKENDS:
+        cls = backend_class(name)
+        assert {o for o in BACKENDS if cls.waits_for(o)} == ({name} if cls.dependencies else set())
+    assert backend_class("slurm").waits_for("slurm") and not backend_class("slurm").waits_for("ssh")
