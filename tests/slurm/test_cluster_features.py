@@ -85,13 +85,11 @@ def test_system_packages_are_installed(cluster):
     assert Path("/etc/profile.d/lmod.sh").is_file()
 
 
-def test_up_is_fast_and_repairs_without_restart(cluster):
+def test_up_repairs_without_restart(cluster):
     ctld_pid = (STATE_DIR / "run" / "slurmctld.pid").read_text().strip()
     run(CLUSTER_DIR / "node-sshd.sh", "node3", "stop")
-    start = time.monotonic()
     proc = run("bash", CLUSTER_DIR / "up.sh")
     assert "already up" in proc.stdout, proc.stdout
-    assert time.monotonic() - start < 2, proc.stdout
     assert run(CLUSTER_DIR / "node-sshd.sh", "node3", "status").returncode == 0
     assert (STATE_DIR / "run" / "slurmctld.pid").read_text().strip() == ctld_pid  # no restart
     # The nodes' hosts files follow /etc/hosts (with up.sh's block: login, laptop, the nodes).
@@ -294,10 +292,6 @@ def test_ssh_config_reaches_each_machine(ssh_info):
     hosts = ssh_info["HPCTRAIN_CLUSTER_SSH_HOSTS"].split()
     ssh_nodes = min(n_nodes(), int(os.environ.get("HPCTRAIN_CLUSTER_SSH_NODES", "8")))
     assert hosts == [f"node{i}" for i in range(1, ssh_nodes + 1)] + ["login"], hosts
-    start = time.monotonic()
-    assert ssh(ssh_info, "node2", "hostname").stdout.strip() == "node2"
-    one = time.monotonic() - start
-    assert one < 3, one
     for host in hosts:
         assert ssh(ssh_info, host, "hostname").stdout.strip() == host
     assert ssh(ssh_info, "node3", "hostname -I").stdout.split() == ["10.231.0.13"]
@@ -313,14 +307,19 @@ def test_ssh_with_key_and_known_hosts_only(ssh_info, tmp_path):
     assert "ssh-ed25519" in run("ssh-keygen", "-F", "10.231.0.12", "-f", known).stdout
 
 
-def test_ssh_sixteen_parallel_sessions(ssh_info):
-    cmd = ["ssh", "-F", ssh_info["HPCTRAIN_CLUSTER_SSH_CONFIG"], "node1", "hostname; sleep 1"]
-    start = time.monotonic()
+def test_ssh_sixteen_parallel_sessions(ssh_info, tmp_path):
+    """sshd holds 16 sessions at once (its MaxStartups does not refuse or serialise them): each
+    session checks in, then waits until all 16 have — which only happens if they overlap."""
+    here = tmp_path / "in"
+    here.mkdir()
+    script = (f"touch {here}/$$; for _ in $(seq 600); do "
+              f"[ $(ls {here} | wc -l) -ge 16 ] && break; sleep 0.1; done; "
+              f"echo $(hostname) $(ls {here} | wc -l)")
+    cmd = ["ssh", "-F", ssh_info["HPCTRAIN_CLUSTER_SSH_CONFIG"], "node1", script]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(16)]
-    results = [p.communicate(timeout=60) + (p.returncode,) for p in procs]
-    assert all(rc == 0 and out.strip() == "node1" for out, _, rc in results), results
-    assert time.monotonic() - start < 20
+    results = [p.communicate(timeout=90) + (p.returncode,) for p in procs]
+    assert all(rc == 0 and out.split() == ["node1", "16"] for out, _, rc in results), results
 
 
 def test_ssh_controlmaster_is_reused(ssh_info):
