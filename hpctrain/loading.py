@@ -106,14 +106,29 @@ def load_job(source: str | os.PathLike | dict | Job | None = None, *, site: str 
         if site_from:
             exc = HpctrainError(f"{exc.what} ({site_from})", exc.where, exc.fix)
         raise exc from None
+    job = _validated(doc, data, profile, site_doc, site_name, set_args, flags, site_from)
+    if job.spec.sweep is not None:
+        job = _with_tasks(job, site_doc)
+    return job
+
+
+def _validated(doc: Located, data: dict, profile: SiteProfile, site_doc: Located, site_name: str,
+               set_args: dict, flags: dict, site_from: str | None, checked: Any = None) -> Job:
+    """The job `data` on its site, every check made. `checked`: the only values that still need
+    the control-character scan (a sweep task's point: the rest of its document was scanned in
+    the sweep's own job); None: scan the whole document."""
     data["site"] = profile.name
     merged = deep_merge(profile.defaults, data)
     env_keys = {("runs_dir",): "HPCTRAIN_RUNS_DIR"} if "runs_dir" not in merged \
         and os.environ.get("HPCTRAIN_RUNS_DIR") else {}
     where = Origins(doc, site_doc, profile.name, set_args, env_keys, site_from, flags)
-    check_text(merged, where)
-    if env_keys:
-        check_text({"runs_dir": os.environ["HPCTRAIN_RUNS_DIR"]}, where)
+    if checked is None:
+        check_text(merged, where)
+        if env_keys:
+            check_text({"runs_dir": os.environ["HPCTRAIN_RUNS_DIR"]}, where)
+    else:
+        for key, value in checked.items():
+            check_text(value, where, tuple(key.split(".")))
 
     try:
         spec = msgspec.convert(merged, JobSpec)
@@ -122,15 +137,20 @@ def load_job(source: str | os.PathLike | dict | Job | None = None, *, site: str 
     spec, notes = fill_resources(spec, profile, where)
     warnings = notes + check(spec, profile, where)
     from .chains import resolve
-    job = Job(spec=spec, site=profile, source=doc.source, workdir=os.getcwd(),
-              warnings=tuple(dict.fromkeys(warnings)), raw=merged, site_ref=site_name,
-              origins=where, after=resolve(spec, profile, where))
-    if spec.sweep is not None:
-        job = _with_tasks(job, where)
-    return job
+    return Job(spec=spec, site=profile, source=doc.source, workdir=os.getcwd(),
+               warnings=tuple(dict.fromkeys(warnings)), raw=merged, site_ref=site_name,
+               origins=where, after=resolve(spec, profile, where))
 
 
-def _with_tasks(job: Job, where: Origins) -> Job:
+def _with_tasks(job: Job, site_doc: Located) -> Job:
+    """The sweep's tasks, each a whole job validated as if loaded alone (from a dict, on the
+    sweep's site), and each error named by its task and values. What every task shares is
+    checked once: the site profile is the sweep's own (loaded and checked once, not looked up
+    again per task), and the control-character scan of the shared document was made on the
+    sweep's job, whose document holds every task's values too (under `sweep:`), so a task
+    scans only its own point. The schema, the resource fill and every job check run per task:
+    they depend on what the task changes."""
+    where = job.origins
     check_sweep(job.spec, job.site, where)
     base = dict(job.raw)
     base.pop("sweep", None)
@@ -143,7 +163,8 @@ def _with_tasks(job: Job, where: Origins) -> Job:
         try:
             for key, value in point.items():
                 data = set_path(data, tuple(key.split(".")), value)
-            task = load_job(data, site=job.site_ref)
+            task = _validated(Located(data, "<python>", {}), dict(data), job.site, site_doc,
+                              job.site_ref, {}, {}, None, checked=point)
         except ValueError as exc:
             raise HpctrainError(f"sweep task {i}: {exc}", where(("sweep",)),
                                 "sweep keys name job keys, e.g. env.LR or args") from None

@@ -10,12 +10,11 @@ held to a strict pattern. Compiled templates are cached on disk (Jinja's bytecod
 """
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import jinja2
 
-from .datafiles import data_dir
+from .datafiles import data_dir, user_cache
 
 TEMPLATES = data_dir("templates")
 
@@ -77,13 +76,8 @@ def _comment(value) -> str:
 
 
 def _cache() -> jinja2.BytecodeCache | None:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(base, "hpctrain", "jinja")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError:
-        return None  # a read-only home: render still works, only slower
-    return jinja2.FileSystemBytecodeCache(path) if os.access(path, os.W_OK) else None
+    path = user_cache("jinja")
+    return jinja2.FileSystemBytecodeCache(path) if path else None
 
 
 _env: jinja2.Environment | None = None

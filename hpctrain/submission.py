@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import msgspec
 
@@ -36,7 +36,8 @@ class Prepared(msgspec.Struct, frozen=True, kw_only=True):
     backend: str  # who submits it: the site's scheduler, or "submitit" for a function
     script_name: str
     submit_command: list[str]
-    tasks: tuple["Prepared", ...] = ()  # a sweep's tasks, each a whole job in tasks/<i>/
+    # A sweep's tasks, each a whole job in tasks/<i>/ (a PreparedTasks: each made when first used).
+    tasks: Sequence["Prepared"] = ()
     parallel: int | None = None  # a sweep's tasks running at once
     function: Any = None  # submitit runs: what every rank calls
     # Submitted through a login node (site login:): run_dir is the cluster's, this is the mirror
@@ -89,14 +90,42 @@ def _prepare_one(job: Job, run_id: str, run_dir: Path, code_dir: str | None = No
                     snapshot=settings)
 
 
+class PreparedTasks(Sequence):
+    """A sweep's prepared tasks, each planned and rendered when it is first used, then kept.
+
+    The array script needs only the first task's plan, so `hpctrain render`, `validate` and
+    `submit --dry-run` plan and render one task, not one per task; a submit writes every task's
+    script and so prepares each (once). Every task was validated when the job was loaded, and
+    planning raises no user error (plan.py), so preparing later reports nothing it would have
+    reported sooner; what a task is depends only on the frozen job and the run id and directories
+    fixed by prepare(), not on when it is made."""
+
+    def __init__(self, make: Callable[[int], "Prepared"], count: int):
+        self._make = make
+        self._made: list = [None] * count
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if self._made[i] is None:
+            self._made[i] = self._make(range(len(self))[i])
+        return self._made[i]
+
+
 def _prepare_sweep(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
                    settings, workdir: str | None = None) -> Prepared:
     from .arrays import make_array_plan, parallelism
     from .chains import directives
-    # One snapshot for the whole sweep, in its run directory: every task runs the same code.
-    subs = tuple(_prepare_one(t.job, run_id, run_dir / "tasks" / str(t.index), code_dir,
-                              workdir=workdir)
-                 for t in job.tasks)
+
+    def task(i: int) -> Prepared:
+        # One snapshot for the whole sweep, in its run directory: every task runs the same code.
+        t = job.tasks[i]
+        return _prepare_one(t.job, run_id, run_dir / "tasks" / str(t.index), code_dir,
+                            workdir=workdir)
+    subs = PreparedTasks(task, len(job.tasks))
     k = parallelism(job, len(subs))
     waits = directives(job.after, job.spec.sbatch)
     aplan = make_array_plan(str(run_dir), subs[0].plan, len(subs), k, subs[0].script_name, waits)

@@ -10,14 +10,11 @@ document is built, so a hostile file costs no more than reading it.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 
-import yaml
-
 from .errors import HpctrainError
-
-# The C loader is 5-10x faster where libyaml is present; the pure one behaves the same.
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 KeyPath = tuple  # ("resources", "nodes") or ("args", 0)
 MAX_BYTES = 1 << 20  # a job file or site profile; the largest real ones are a few KiB
@@ -44,8 +41,17 @@ class Located(dict):
         return f"{self.source}:{line}" if line else self.source
 
 
+def _yaml():
+    """PyYAML and its loader, imported when a text must really be parsed (see _parsed): its
+    import is a tenth of `hpctrain render`'s time, and a job file rendered again is not parsed."""
+    import yaml
+    # The C loader is 5-10x faster where libyaml is present; the pure one behaves the same.
+    return yaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _check_events(text: str, source: str) -> None:
     """Aliases and depth, on the event stream: nothing is expanded or built yet."""
+    yaml, _Loader = _yaml()
     depth = 0
     try:
         for event in yaml.parse(text, Loader=_Loader):
@@ -82,7 +88,7 @@ def _too_deep(source: str, line: int | None) -> HpctrainError:
                          "a job file is a few levels deep: check the indentation")
 
 
-def _invalid(exc: yaml.MarkedYAMLError, source: str) -> HpctrainError:
+def _invalid(exc, source: str) -> HpctrainError:
     mark = exc.problem_mark or exc.context_mark
     where = f"{source}:{mark.line + 1}" if mark else source
     return HpctrainError(f"this is not valid YAML: {exc.problem or exc.context}", where,
@@ -92,6 +98,7 @@ def _invalid(exc: yaml.MarkedYAMLError, source: str) -> HpctrainError:
 def _collect_lines(root, source: str) -> dict[KeyPath, int]:
     """The line of every key path, refusing a key given twice in one mapping. Iterative: the
     depth is bounded already, but no recursion is needed either."""
+    yaml, _ = _yaml()
     lines: dict[KeyPath, int] = {}
     stack = [(root, ())]
     while stack:
@@ -120,6 +127,7 @@ def _collect_lines(root, source: str) -> dict[KeyPath, int]:
 
 def load_text(text: str, source: str) -> Located:
     _check_events(text, source)
+    yaml, _Loader = _yaml()
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
@@ -160,4 +168,96 @@ def load_file(path: str | Path) -> Located:
         line = raw[:exc.start].count(b"\n") + 1
         raise HpctrainError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x})", f"{path}:{line}",
                             "save the file as UTF-8") from None
-    return load_text(text, str(path))
+    cache = _parsed(str(path), raw)
+    found = cache.get()
+    if found is not None:
+        return Located(found[0], str(path), found[1])
+    doc = load_text(text, str(path))
+    cache.put(doc)
+    return doc
+
+
+class _parsed:
+    """The parse of a file's exact bytes, kept from one run to the next (~/.cache/hpctrain/yaml):
+    a job file rendered again is not parsed again, and PyYAML is not even imported.
+
+    Why it can never be stale: an entry holds the SHA-256 of the bytes it was parsed from (and of
+    which PyYAML parsed them), and is used only for the same digest; a parse depends on nothing
+    but the text, so the entry is exactly what parsing would give. Only successful parses are
+    kept (a file with an error is parsed, and refused, every time), and only documents of plain
+    values (mappings, lists, text, numbers, booleans, null) that msgpack gives back unchanged;
+    a date, a set or bytes is parsed every time. Nothing is skipped after loading: the schema,
+    the checks and the control-character scan run on the data whether it was parsed or kept.
+    A missing, unreadable or corrupt entry, or a cache directory that cannot be written, only
+    means the file is parsed. One entry per file path, replaced when the file changes."""
+
+    def __init__(self, source: str, raw: bytes):
+        from .datafiles import user_cache
+        folder = user_cache("yaml")
+        key = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        self.path = os.path.join(folder, f"{key}.msgpack") if folder else None
+        self.digest = hashlib.sha256(_parser_id() + b"\0" + raw).hexdigest()
+
+    def get(self) -> tuple[dict, dict] | None:
+        import msgspec
+        if self.path is None:
+            return None
+        try:
+            with open(self.path, "rb") as f:
+                digest, data, lines = msgspec.msgpack.decode(f.read())
+        except (OSError, ValueError, TypeError, msgspec.DecodeError):
+            return None
+        if digest != self.digest or not isinstance(data, dict):
+            return None
+        return data, {tuple(p): n for p, n in lines}
+
+    def put(self, doc: Located) -> None:
+        import msgspec
+        if self.path is None or not (_plain(dict(doc)) and _plain([list(p) for p in doc.lines])):
+            return
+        try:
+            blob = msgspec.msgpack.encode([self.digest, dict(doc),
+                                           [[list(p), n] for p, n in doc.lines.items()]])
+        except (OverflowError, TypeError, ValueError):  # an integer beyond 64 bits
+            return
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, self.path)  # whole or not at all, for a concurrent reader
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _parser_id() -> bytes:
+    """Which PyYAML parses (its location and install time), without importing it: an upgraded
+    PyYAML parses every file again."""
+    import importlib.util
+    spec = importlib.util.find_spec("yaml")
+    try:
+        return f"{spec.origin}:{os.stat(spec.origin).st_mtime_ns}".encode()
+    except (AttributeError, TypeError, OSError):
+        return b"?"
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain(value) -> bool:
+    """Only these types come back from msgpack as they went in (a tuple would come back a list,
+    a set or a date not at all)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is dict:
+            if any(type(k) not in _PLAIN for k in v):
+                return False
+            stack.extend(v.values())
+        elif type(v) is list:
+            stack.extend(v)
+        elif type(v) not in _PLAIN:
+            return False
+    return True
