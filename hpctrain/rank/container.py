@@ -17,6 +17,10 @@ that nothing it starts can be killed by the same burst — like Slurm signals ev
 step without a container (torchrun's agent and the ranks alike: see hpctrain/survive.py). After
 TERM or INT, whatever still runs `kill_after` seconds later (Slurm's KillWait minus 2 s) is
 SIGKILLed, so the container is gone before Slurm SIGKILLs this process; `--rm` removes it.
+The container's init (`--init`: catatonit, tini) is left out: it passes every signal on to its
+child, torchrun's agent, which would get SIGTERM twice (seen on a real preemption: the agent
+"closing" its ranks twice), and torch's handler raises on the second one inside the agent's
+wait for its saving ranks: the agent exits, the init with it, and the kernel kills the ranks.
 A container of the same name left by an earlier run is removed first.
 """
 from __future__ import annotations
@@ -87,6 +91,7 @@ class Supervisor:
         self.run_args = run_args
         self.name = container_name()
         self.pid = 0  # the container's main process on the host
+        self.init = "--init" in run_args  # its main process is an init that forwards signals
         self.stop_at = None
         self.kill_after = max(1, kill_wait() - 2)
 
@@ -97,7 +102,10 @@ class Supervisor:
         if not self.pid:
             return
         denied = False
-        for pid in descendants(self.pid):
+        tree = descendants(self.pid)
+        if self.init and sig != signal.SIGKILL:
+            tree = tree[1:]
+        for pid in tree:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
@@ -131,10 +139,11 @@ class Supervisor:
                 time.sleep(0.1)
         while True:
             status = proc.poll()
-            if status is not None and status >= 0:
-                break  # podman run saw the container end: its status is the container's
+            # Only the container's own end counts: a real preemption SIGTERMs `podman run` too
+            # (it is a process of the step), which then exits at once with a status of its own
+            # while the ranks are still saving; leaving here would SIGKILL them unsaved.
             if status is not None and (not self.pid or not alive(self.pid)):
-                break  # podman run was killed, and the container has ended too
+                break
             if self.stop_at is not None and time.monotonic() > self.stop_at:
                 print(f"hpctrain: container {self.name} still runs {self.kill_after} s after "
                       "the stop signal: killing it", file=sys.stderr, flush=True)

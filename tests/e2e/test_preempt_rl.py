@@ -12,14 +12,13 @@ has written a periodic checkpoint past its start, so the resume point must lie b
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.conftest import ROOT, job_state, submitted, wait_for_job
-from tests.slurm.survive import attempts, slurm_log, wait_until
+from tests.conftest import ROOT, submitted, wait_for_job
+from tests.slurm.survive import attempts, preempt_by_high_job, slurm_log, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 
@@ -49,16 +48,6 @@ LIBRARIES = {
                   _number(r"iteration_(\d+)\.pth\.tar"),
                   ["--save-interval", "20", "--sleep", "0.1", "--stop-value", "100000"], None),
 }
-
-
-def preempt_by_high_job(job_id: str, tmp_path) -> str:
-    """A job in the higher-priority partition that needs the victim's nodes: Slurm preempts."""
-    info = job_state(job_id)
-    nodes, count = info["NodeList"], info["NumNodes"]
-    out = subprocess.run(["sbatch", "--parsable", "-p", "high", "--exclusive", "-N", count, "-w", nodes,
-                          "-o", str(tmp_path / "high.out"), "--wrap", "sleep 1"],
-                         capture_output=True, text=True, check=True).stdout
-    return out.strip().split(";")[0]
 
 
 @pytest.mark.parametrize("library", list(LIBRARIES))

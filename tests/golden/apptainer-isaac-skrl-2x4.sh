@@ -1,22 +1,22 @@
 #!/bin/bash
-#SBATCH --job-name=ddp-check
+#SBATCH --job-name=isaac-skrl
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=32
 #SBATCH --gpus-per-node=4
 #SBATCH --mem-per-cpu=4048M
-#SBATCH --time=01:00:00
-#SBATCH --output=/runs/ddp-check/RUN_ID/logs/slurm-%j.out
+#SBATCH --time=04:00:00
+#SBATCH --output=/runs/isaac-skrl/RUN_ID/logs/slurm-%j.out
 #SBATCH --open-mode=append
 #SBATCH --signal=B:USR2@120
 #SBATCH --requeue
 #
-# ddp-check on site 'containers': 2 node(s) x 4 rank(s), rendered by hpctrain 0.1.0.
+# isaac-skrl on site 'containers': 2 node(s) x 4 rank(s), rendered by hpctrain 0.1.0.
 # Each rank runs: /workspace/isaaclab/scripts/reinforcement_learning/skrl/train.py --task=Isaac-Cartpole-v0 --headless --distributed
-# This file is the whole job: resubmit it by hand with  sbatch /runs/ddp-check/RUN_ID/job.sbatch
+# This file is the whole job: resubmit it by hand with  sbatch /runs/isaac-skrl/RUN_ID/job.sbatch
 set -euo pipefail
 
-RUN_DIR=/runs/ddp-check/RUN_ID
+RUN_DIR=/runs/isaac-skrl/RUN_ID
 log() { printf '[%s] hpctrain: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 mkdir -p "$RUN_DIR/logs" "$RUN_DIR/status"
@@ -193,15 +193,15 @@ unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_AD
 cd /work/job
 # The program runs from the copy of the code taken at submit (hpctrain/snapshot.py), so that
 # edits made since — before a requeue, say — do not change what this run trains.
-cd /runs/ddp-check/RUN_ID/code
+cd /runs/isaac-skrl/RUN_ID/code
 export NCCL_SOCKET_IFNAME=ib
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=90
 export WANDB_RUN_ID=run_id
 export WANDB_RESUME=allow
-export WANDB_DIR=/runs/ddp-check/RUN_ID
-export HPCTRAIN_TENSORBOARD_DIR=/runs/ddp-check/RUN_ID/tensorboard
-export HPCTRAIN_RUN_DIR=/runs/ddp-check/RUN_ID
-export HPCTRAIN_JOB_NAME=ddp-check
+export WANDB_DIR=/runs/isaac-skrl/RUN_ID
+export HPCTRAIN_TENSORBOARD_DIR=/runs/isaac-skrl/RUN_ID/tensorboard
+export HPCTRAIN_RUN_DIR=/runs/isaac-skrl/RUN_ID
+export HPCTRAIN_JOB_NAME=isaac-skrl
 export HPCTRAIN_SITE=containers
 export HPCTRAIN_LIBRARY=skrl
 
@@ -240,7 +240,7 @@ if [[ -n "$1" ]]; then
   [[ "$target" -nt "$1" ]] || { cp "$1" "$target.$$.part" && mv -f "$target.$$.part" "$target"; }
 fi
 shift 2
-for d in "$@"; do mkdir -p "$d"; done' hpctrain-prepare /scratch/images/isaac-lab.sif "${TMPDIR}"/images /scratch/"${USER}"/isaac-sim/cache/kit /scratch/"${USER}"/isaac-sim/cache/ov /scratch/"${USER}"/isaac-sim/cache/pip /scratch/"${USER}"/isaac-sim/cache/glcache /scratch/"${USER}"/isaac-sim/cache/computecache /scratch/"${USER}"/isaac-sim/logs /scratch/"${USER}"/isaac-sim/data /scratch/"${USER}"/isaac-sim/documents 2>&1) || {
+for d in "$@"; do mkdir -p "$d"; done' hpctrain-prepare "${SCRATCH}"/images/isaac-lab.sif "${TMPDIR}"/images /scratch/"${USER}"/isaac-sim/cache/kit /scratch/"${USER}"/isaac-sim/cache/ov /scratch/"${USER}"/isaac-sim/cache/pip /scratch/"${USER}"/isaac-sim/cache/glcache /scratch/"${USER}"/isaac-sim/cache/computecache /scratch/"${USER}"/isaac-sim/logs /scratch/"${USER}"/isaac-sim/data /scratch/"${USER}"/isaac-sim/documents 2>&1) || {
   record_failure container 1 "preparing the container on the nodes failed: $PREPARE_OUT"
   die "preparing the container on the nodes failed: $PREPARE_OUT"
 }
@@ -249,7 +249,7 @@ for d in "$@"; do mkdir -p "$d"; done' hpctrain-prepare /scratch/images/isaac-la
 # file nor in an argument list that other users of the node could read).
 # shellcheck disable=SC2016,SC2154
 CONTAINER=(bash -c 'for v in NCCL_SOCKET_IFNAME TORCH_ELASTIC_SHUTDOWN_TIMEOUT WANDB_RUN_ID WANDB_RESUME WANDB_DIR HPCTRAIN_TENSORBOARD_DIR HPCTRAIN_RUN_DIR HPCTRAIN_JOB_NAME HPCTRAIN_SITE HPCTRAIN_LIBRARY HPCTRAIN_JOB_ID HPCTRAIN_PORT HPCTRAIN_SPARE_PORT HPCTRAIN_HEAD HPCTRAIN_NODES SLURM_JOB_ID SLURM_STEP_ID SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS SLURM_NTASKS_PER_NODE SLURM_CPUS_PER_TASK SLURMD_NODENAME SLURM_JOB_NODELIST SLURM_RESTART_COUNT SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID CUDA_VISIBLE_DEVICES NVIDIA_VISIBLE_DEVICES; do [[ -z "${!v+x}" ]] || export "APPTAINERENV_$v=${!v}"; done; exec "$@"' hpctrain-container
-  apptainer exec --cleanenv --nv --bind /runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID --bind /work/job:/work/job --bind /scratch/"${USER}"/isaac-sim/cache/kit:/isaac-sim/kit/cache:rw --bind /scratch/"${USER}"/isaac-sim/cache/ov:/root/.cache/ov:rw --bind /scratch/"${USER}"/isaac-sim/cache/pip:/root/.cache/pip:rw --bind /scratch/"${USER}"/isaac-sim/cache/glcache:/root/.cache/nvidia/GLCache:rw --bind /scratch/"${USER}"/isaac-sim/cache/computecache:/root/.nv/ComputeCache:rw --bind /scratch/"${USER}"/isaac-sim/logs:/root/.nvidia-omniverse/logs:rw --bind /scratch/"${USER}"/isaac-sim/data:/root/.local/share/ov/data:rw --bind /scratch/"${USER}"/isaac-sim/documents:/root/Documents:rw --pwd /work/job --writable-tmpfs "${TMPDIR}"/images/isaac-lab.sif)
+  apptainer exec --cleanenv --nv --bind /runs/isaac-skrl/RUN_ID:/runs/isaac-skrl/RUN_ID --bind /work/job:/work/job --bind /scratch/"${USER}"/isaac-sim/cache/kit:/isaac-sim/kit/cache:rw --bind /scratch/"${USER}"/isaac-sim/cache/ov:/root/.cache/ov:rw --bind /scratch/"${USER}"/isaac-sim/cache/pip:/root/.cache/pip:rw --bind /scratch/"${USER}"/isaac-sim/cache/glcache:/root/.cache/nvidia/GLCache:rw --bind /scratch/"${USER}"/isaac-sim/cache/computecache:/root/.nv/ComputeCache:rw --bind /scratch/"${USER}"/isaac-sim/logs:/root/.nvidia-omniverse/logs:rw --bind /scratch/"${USER}"/isaac-sim/data:/root/.local/share/ov/data:rw --bind /scratch/"${USER}"/isaac-sim/documents:/root/Documents:rw --pwd /work/job --writable-tmpfs "${TMPDIR}"/images/isaac-lab.sif)
 
 # --- launch ---------------------------------------------------------------------------------
 # torchrun's agent does not handle SIGUSR2, whose default action would kill it and its ranks

@@ -1,22 +1,22 @@
 #!/bin/bash
-#SBATCH --job-name=ddp-check
+#SBATCH --job-name=isaac-rsl_rl
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=32
 #SBATCH --gpus-per-node=4
 #SBATCH --mem-per-cpu=4048M
-#SBATCH --time=01:00:00
-#SBATCH --output=/runs/ddp-check/RUN_ID/logs/slurm-%j.out
+#SBATCH --time=04:00:00
+#SBATCH --output=/runs/isaac-rsl_rl/RUN_ID/logs/slurm-%j.out
 #SBATCH --open-mode=append
 #SBATCH --signal=B:USR2@120
 #SBATCH --requeue
 #
-# ddp-check on site 'containers': 2 node(s) x 4 rank(s), rendered by hpctrain 0.1.0.
+# isaac-rsl_rl on site 'containers': 2 node(s) x 4 rank(s), rendered by hpctrain 0.1.0.
 # Each rank runs: /workspace/isaaclab/scripts/reinforcement_learning/rsl_rl/train.py --task=Isaac-Cartpole-v0 --headless --distributed
-# This file is the whole job: resubmit it by hand with  sbatch /runs/ddp-check/RUN_ID/job.sbatch
+# This file is the whole job: resubmit it by hand with  sbatch /runs/isaac-rsl_rl/RUN_ID/job.sbatch
 set -euo pipefail
 
-RUN_DIR=/runs/ddp-check/RUN_ID
+RUN_DIR=/runs/isaac-rsl_rl/RUN_ID
 log() { printf '[%s] hpctrain: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 mkdir -p "$RUN_DIR/logs" "$RUN_DIR/status"
@@ -193,15 +193,15 @@ unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_AD
 cd /work/job
 # The program runs from the copy of the code taken at submit (hpctrain/snapshot.py), so that
 # edits made since — before a requeue, say — do not change what this run trains.
-cd /runs/ddp-check/RUN_ID/code
+cd /runs/isaac-rsl_rl/RUN_ID/code
 export NCCL_SOCKET_IFNAME=ib
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=90
 export WANDB_RUN_ID=run_id
 export WANDB_RESUME=allow
-export WANDB_DIR=/runs/ddp-check/RUN_ID
-export HPCTRAIN_TENSORBOARD_DIR=/runs/ddp-check/RUN_ID/tensorboard
-export HPCTRAIN_RUN_DIR=/runs/ddp-check/RUN_ID
-export HPCTRAIN_JOB_NAME=ddp-check
+export WANDB_DIR=/runs/isaac-rsl_rl/RUN_ID
+export HPCTRAIN_TENSORBOARD_DIR=/runs/isaac-rsl_rl/RUN_ID/tensorboard
+export HPCTRAIN_RUN_DIR=/runs/isaac-rsl_rl/RUN_ID
+export HPCTRAIN_JOB_NAME=isaac-rsl_rl
 export HPCTRAIN_SITE=containers
 export HPCTRAIN_LIBRARY=rsl_rl
 
@@ -246,7 +246,7 @@ for d in "$@"; do mkdir -p "$d"; done' hpctrain-prepare '' '' /scratch/"${USER}"
 }
 # pyxis: the launch step itself runs in the container.
 # shellcheck disable=SC2154
-CONTAINER_STEP=('--container-image=nvcr.io#nvidia/isaac-lab:2.1.0' '--container-mounts=/runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID,/work/job:/work/job,/scratch/'"${USER}"'/isaac-sim/cache/kit:/isaac-sim/kit/cache:rw,/scratch/'"${USER}"'/isaac-sim/cache/ov:/root/.cache/ov:rw,/scratch/'"${USER}"'/isaac-sim/cache/pip:/root/.cache/pip:rw,/scratch/'"${USER}"'/isaac-sim/cache/glcache:/root/.cache/nvidia/GLCache:rw,/scratch/'"${USER}"'/isaac-sim/cache/computecache:/root/.nv/ComputeCache:rw,/scratch/'"${USER}"'/isaac-sim/logs:/root/.nvidia-omniverse/logs:rw,/scratch/'"${USER}"'/isaac-sim/data:/root/.local/share/ov/data:rw,/scratch/'"${USER}"/isaac-sim/documents:/root/Documents:rw --container-workdir=/work/job '--container-env=NCCL_SOCKET_IFNAME,TORCH_ELASTIC_SHUTDOWN_TIMEOUT,WANDB_RUN_ID,WANDB_RESUME,WANDB_DIR,HPCTRAIN_TENSORBOARD_DIR,HPCTRAIN_RUN_DIR,HPCTRAIN_JOB_NAME,HPCTRAIN_SITE,HPCTRAIN_LIBRARY')
+CONTAINER_STEP=('--container-image=nvcr.io#nvidia/isaac-lab:2.1.0' '--container-mounts=/runs/isaac-rsl_rl/RUN_ID:/runs/isaac-rsl_rl/RUN_ID,/work/job:/work/job,/scratch/'"${USER}"'/isaac-sim/cache/kit:/isaac-sim/kit/cache:rw,/scratch/'"${USER}"'/isaac-sim/cache/ov:/root/.cache/ov:rw,/scratch/'"${USER}"'/isaac-sim/cache/pip:/root/.cache/pip:rw,/scratch/'"${USER}"'/isaac-sim/cache/glcache:/root/.cache/nvidia/GLCache:rw,/scratch/'"${USER}"'/isaac-sim/cache/computecache:/root/.nv/ComputeCache:rw,/scratch/'"${USER}"'/isaac-sim/logs:/root/.nvidia-omniverse/logs:rw,/scratch/'"${USER}"'/isaac-sim/data:/root/.local/share/ov/data:rw,/scratch/'"${USER}"/isaac-sim/documents:/root/Documents:rw --container-workdir=/work/job '--container-env=NCCL_SOCKET_IFNAME,TORCH_ELASTIC_SHUTDOWN_TIMEOUT,WANDB_RUN_ID,WANDB_RESUME,WANDB_DIR,HPCTRAIN_TENSORBOARD_DIR,HPCTRAIN_RUN_DIR,HPCTRAIN_JOB_NAME,HPCTRAIN_SITE,HPCTRAIN_LIBRARY')
 
 # --- launch ---------------------------------------------------------------------------------
 # torchrun's agent does not handle SIGUSR2, whose default action would kill it and its ranks

@@ -40,8 +40,19 @@ def wait_for_checkpoint(run_dir: Path, job_id: str, timeout: float = 240) -> lis
 
 
 def preempt(job_id: str, signal: str = "USR2") -> None:
-    """What Slurm does ahead of the limit or on preemption: the signal to the batch shell only."""
+    """What Slurm does ahead of the time limit (`--signal=B:USR2@lead`): the signal to the batch
+    shell only. A real preemption is preempt_by_high_job."""
     subprocess.run(["scancel", f"--signal={signal}", "--batch", str(job_id)], check=True)
+
+
+def preempt_by_high_job(job_id: str, tmp_path) -> str:
+    """A job in the higher-priority partition that needs the victim's nodes: Slurm preempts."""
+    info = job_state(job_id)
+    nodes, count = info["NodeList"], info["NumNodes"]
+    out = subprocess.run(["sbatch", "--parsable", "-p", "high", "--exclusive", "-N", count, "-w", nodes,
+                          "-o", str(tmp_path / "high.out"), "--wrap", "sleep 1"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.strip().split(";")[0]
 
 
 def restart_count(job_id: str) -> int:

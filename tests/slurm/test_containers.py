@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import submitted, wait_for_job
-from tests.slurm.survive import attempts, preempt, slurm_log, wait_for_checkpoint, wait_until
+from tests.slurm.survive import (attempts, preempt, preempt_by_high_job, slurm_log,
+                                 wait_for_checkpoint, wait_until)
 
 pytestmark = pytest.mark.slurm
 JOB = "examples/resumable_train.yaml"
@@ -92,7 +93,8 @@ def test_podman_2x2_trains_in_containers(cli, cluster, tmp_path):
     no_container_left(job_id)
 
 
-def test_podman_preempt_saves_requeues_and_resumes(cli, cluster, tmp_path):
+def test_podman_time_limit_warning_saves_requeues_and_resumes(cli, cluster, tmp_path):
+    # The time-limit warning's path: USR2 to the batch shell, which signals the ranks itself.
     job_id, run_dir = submit(cli, cluster, tmp_path,
                              "args=[--iterations,40,--sleep,0.5,--save-every,5]")
     wait_for_checkpoint(run_dir, job_id)
@@ -114,6 +116,35 @@ def test_podman_preempt_saves_requeues_and_resumes(cli, cluster, tmp_path):
     assert "preemption: the ranks exited (status 0)" in log, log
     assert (f"preemption: the time-limit warning or a signal sent to the job: requeueing job "
             f"{job_id} (requeue 1 of at most") in log, log
+    assert {p[1] for p in where(run_dir)} == {"True"}
+    no_container_left(job_id)
+
+
+def test_podman_real_preemption_saves_requeues_and_resumes(cli, cluster, tmp_path):
+    """A real preemption: a `high` job needs the victim's nodes, Slurm SIGTERMs the step's tasks
+    (each node's container supervisor, which passes the signal into its container). The ranks
+    have KillWait - 2 s (3 s here) to save (README, "Containers"): an iteration of 0.5 s fits."""
+    job_id, run_dir = submit(cli, cluster, tmp_path,
+                             "args=[--iterations,40,--sleep,0.5,--save-every,5]")
+    wait_for_checkpoint(run_dir, job_id)
+    high = preempt_by_high_job(job_id, tmp_path)
+    info = wait_for_job(job_id, timeout=400)
+    log = slurm_log(run_dir)
+    assert info["JobState"] == "COMPLETED", log
+    assert info["Restarts"] == "1", info
+    assert wait_for_job(high, timeout=60)["JobState"] == "COMPLETED"
+    runs = attempts(run_dir)
+    first = [a for a in runs if a["job_restart"] == 0]
+    second = [a for a in runs if a["job_restart"] == 1]
+    assert len(first) == 4 and len(second) == 4, runs
+    assert {a["stopped"] for a in first} == {"preempted"}, runs
+    saved = {a["reached"] for a in first}
+    assert len(saved) == 1 and saved.pop() > 0, runs
+    assert {a["started_from"] for a in second} == {first[0]["reached"]}, runs
+    assert {a["stopped"] for a in second} == {"completed"} and {a["reached"] for a in second} == {40}
+    assert (f"preemption: preempted by the scheduler: requeueing job {job_id} "
+            "(requeue 1 of at most") in log, log
+    assert "done: all ranks exited 0" in log, log
     assert {p[1] for p in where(run_dir)} == {"True"}
     no_container_left(job_id)
 

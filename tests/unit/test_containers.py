@@ -4,6 +4,8 @@ Apptainer, Singularity and pyxis cannot be installed on this machine; Podman run
 tests/slurm/test_containers.py."""
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 
@@ -15,6 +17,8 @@ from hpctrain.plan import make_plan
 from hpctrain.render import _cwords
 from hpctrain.rank.container import descendants
 from hpctrain.submission import render
+from tests.conftest import ROOT
+from tests.unit.test_libraries import SLURM_FILLED
 
 SITE = ("name: boxes\nscheduler: slurm\nenv: {NCCL_SOCKET_IFNAME: ib}\n"
         "containers: {runtimes: [apptainer, singularity, pyxis, podman, docker]}\n")
@@ -127,50 +131,144 @@ def test_secret_value_never_in_the_script(site, monkeypatch):
         assert "WANDB_API_KEY" in text and "s3cr3t-value" not in text
 
 
-# Isaac Lab's cluster guide: docker/cluster/run_singularity.sh runs, on each compute node,
-#   singularity exec -B <cache>/kit:/isaac-sim/kit/cache:rw -B <cache>/ov:/root/.cache/ov:rw
-#     -B …/pip:/root/.cache/pip:rw -B …/glcache:/root/.cache/nvidia/GLCache:rw
-#     -B …/computecache:/root/.nv/ComputeCache:rw -B …/logs:/root/.nvidia-omniverse/logs:rw
-#     -B …/data:/root/.local/share/ov/data:rw -B …/documents:/root/Documents:rw
-#     -B <isaaclab copy>:/workspace/isaaclab:rw -B <isaaclab>/logs:/workspace/isaaclab/logs:rw
-#     --nv --writable --containall <image>.sif
-#     bash -c "export ISAACLAB_PATH=/workspace/isaaclab && cd /workspace/isaaclab &&
-#              /isaac-sim/python.sh scripts/reinforcement_learning/rsl_rl/train.py ARGS"
-# with the multi-GPU arguments of Isaac Lab's docs: --task T --headless --distributed.
-ISAACLAB_CACHE_BINDS = {"cache/kit": "/isaac-sim/kit/cache", "cache/ov": "/root/.cache/ov",
-                        "cache/pip": "/root/.cache/pip",
-                        "cache/glcache": "/root/.cache/nvidia/GLCache",
-                        "cache/computecache": "/root/.nv/ComputeCache",
-                        "logs": "/root/.nvidia-omniverse/logs",
-                        "data": "/root/.local/share/ov/data", "documents": "/root/Documents"}
-IMAGE_ISAAC = {"script": None, "task": "Isaac-Cartpole-v0", "isaaclab": "/workspace/isaaclab",
-               "python": "/workspace/isaaclab/isaaclab.sh -p"}
+# Isaac Lab's cluster guide: docker/cluster/run_singularity.sh runs this on the compute node, with
+# .env.base's DOCKER_ISAACSIM_ROOT_PATH=/isaac-sim and DOCKER_USER_HOME=/root, the profile's image
+# copied to $TMPDIR, CLUSTER_PYTHON_EXECUTABLE the library's train.py and, as the script's
+# arguments, the multi-GPU ones of Isaac Lab's docs (docs/source/features/multi_gpu.rst).
+GUIDE = ("singularity exec"
+         " -B $TMPDIR/docker-isaac-sim/cache/kit:/isaac-sim/kit/cache:rw"
+         " -B $TMPDIR/docker-isaac-sim/cache/ov:/root/.cache/ov:rw"
+         " -B $TMPDIR/docker-isaac-sim/cache/pip:/root/.cache/pip:rw"
+         " -B $TMPDIR/docker-isaac-sim/cache/glcache:/root/.cache/nvidia/GLCache:rw"
+         " -B $TMPDIR/docker-isaac-sim/cache/computecache:/root/.nv/ComputeCache:rw"
+         " -B $TMPDIR/docker-isaac-sim/logs:/root/.nvidia-omniverse/logs:rw"
+         " -B $TMPDIR/docker-isaac-sim/data:/root/.local/share/ov/data:rw"
+         " -B $TMPDIR/docker-isaac-sim/documents:/root/Documents:rw"
+         " -B $TMPDIR/isaaclab:/workspace/isaaclab:rw"
+         " -B $CLUSTER_ISAACLAB_DIR/logs:/workspace/isaaclab/logs:rw"
+         " --nv --writable --containall $TMPDIR/isaac-lab-base.sif"
+         " bash -c 'export ISAACLAB_PATH=/workspace/isaaclab && cd /workspace/isaaclab &&"
+         " /isaac-sim/python.sh scripts/reinforcement_learning/{lib}/train.py {args}'")
+GUIDE_ARGS = "--task=Isaac-Cartpole-v0 --headless --distributed"  # + --ml_framework jax for JAX
+# Where hpctrain keeps what the guide copies to $TMPDIR and back at every job.
+CACHE_DIR = "$HOME/.cache/hpctrain/isaac-sim"
+EXAMPLES = ROOT / "examples" / "isaaclab"
+
+
+def guide(library: str) -> dict:
+    """The guide's command, taken apart: binds (source, target:mode), flags, image, the shell
+    line's steps and the interpreter's argv."""
+    words = shlex.split(GUIDE.format(lib={"skrl_jax": "skrl"}.get(library, library),
+                                     args=GUIDE_ARGS + (" --ml_framework jax" if library == "skrl_jax" else "")))
+    assert words[:2] == ["singularity", "exec"]
+    binds, flags, i = [], [], 2
+    while words[i].startswith("-"):
+        if words[i] == "-B":
+            src, rest = words[i + 1].split(":", 1)
+            binds.append((src, rest))
+            i += 2
+        else:
+            flags.append(words[i])
+            i += 1
+    image, (shell, dash_c, line) = words[i], words[i + 1:]
+    assert (shell, dash_c) == ("bash", "-c")
+    *steps, run = line.split(" && ")
+    return {"binds": binds, "flags": flags, "image": image, "steps": steps, "argv": shlex.split(run)}
+
+
+def shell_words(script: str, name: str) -> list[str]:
+    """A bash array of the rendered script, as bash would split it (${VAR} written as $VAR)."""
+    body = script.split(f"\n{name}=(", 1)[1].split(")\n", 1)[0]
+    return [re.sub(r"\$\{(\w+)\}", r"$\1", w) for w in shlex.split(body.replace("\\\n", " "))]
+
+
+def launch_on_a_node(script: str) -> list[str]:
+    """What every node runs: LAUNCH with its CONTAINER and AGENT arrays spelled out."""
+    out = []
+    for w in shell_words(script, "LAUNCH"):
+        array = re.fullmatch(r"\$\{(\w+)\[@\]\}", w)
+        out += shell_words(script, array.group(1)) if array else [w]
+    return out
 
 
 @pytest.mark.parametrize("library", ["rl_games", "rsl_rl", "skrl", "skrl_jax"])
 def test_isaaclab_launch_matches_the_cluster_guide(site, library):
-    p = plan_for(site, {"runtime": "apptainer", "image": "/scratch/isaac-lab.sif"},
-                 library=library, **IMAGE_ISAAC)
-    words = p.container["prefix"]
-    binds = [words[i + 1] for i, w in enumerate(words) if w == "--bind"]
-    cache = {}
-    for b in binds:
-        src, dst, mode = (b.split(":") + [""])[:3]
-        if src.startswith("$HOME/.cache/hpctrain/isaac-sim/"):
-            cache[src.removeprefix("$HOME/.cache/hpctrain/isaac-sim/")] = dst
-            assert mode == "rw"
-    assert cache == ISAACLAB_CACHE_BINDS  # the same eight caches, at the same places, rw
-    assert "--nv" in words and words[-1] == "/scratch/isaac-lab.sif"
-    # --containall (which would hide the run directory) becomes --cleanenv plus explicit binds:
-    # the run directory where the ranks write logs and checkpoints instead of isaaclab/logs.
-    assert "--cleanenv" in words and "--containall" not in words
-    assert binds[0] == "/runs/c/1:/runs/c/1"
-    # The interpreter: isaaclab.sh -p is Isaac Lab's launcher of /isaac-sim/python.sh.
-    assert p.python == ["/workspace/isaaclab/isaaclab.sh", "-p"]
-    lib_dir = {"skrl_jax": "skrl"}.get(library, library)
-    assert p.program[0] == f"/workspace/isaaclab/scripts/reinforcement_learning/{lib_dir}/train.py"
-    assert p.program[1:4] == ["--task=Isaac-Cartpole-v0", "--headless", "--distributed"]
-    assert p.container["make_dirs"] == [f"$HOME/.cache/hpctrain/isaac-sim/{k}" for k in ISAACLAB_CACHE_BINDS]
+    """The example a user copies (examples/isaaclab/apptainer_LIB.yaml) against the guide's
+    command, argument by argument: every difference is one named here, with its reason."""
+    job = load_job(EXAMPLES / f"apptainer_{library}.yaml", site=site, runs_dir="/runs")
+    script = render(job)
+    run, wd = f"/runs/{job.spec.name}/RUN_ID", job.workdir
+    g = guide(library)
+    words = launch_on_a_node(script)
+
+    # 1. The Slurm step. The guide asks for 8 CPUs per GPU (submit_job_slurm.sh); torchrun's
+    # libraries start one task per node, JAX one task per GPU (skrl's own launcher's layout).
+    if library == "skrl_jax":
+        step = ["srun", "--nodes=$NNODES", "--ntasks=$(( NNODES * 4 ))", "--ntasks-per-node=4",
+                "--distribution=block", "--cpus-per-task=8"]
+    else:
+        step = ["srun", "--nodes=$NNODES", "--ntasks=$NNODES", "--ntasks-per-node=1",
+                "--cpus-per-task=32"]
+    step += ["--gpus-per-node=4", "--kill-on-bad-exit=1"]
+    assert words[:len(step)] == step
+    words = words[len(step):]
+
+    # 2. The variables cross by name: --cleanenv, then each exported as APPTAINERENV_NAME by a
+    # wrapper (the guide's --containall passes none, and it bakes secrets into its shell line).
+    assert words[:2] == ["bash", "-c"] and words[3] == "hpctrain-container"
+    assert 'export "APPTAINERENV_$v=${!v}"' in words[2] and words[2].endswith('exec "$@"')
+    words = words[4:]
+
+    # 3. The container, from the guide's: the same eight caches at the same places, rw, kept in a
+    # persistent per-user directory (the guide copies them to $TMPDIR and back at every job);
+    # no copy of a checkout bound over /workspace/isaaclab (the image's own is used) and the
+    # run and working directories bound at their own paths instead of isaaclab/logs.
+    caches = [(src.replace("$TMPDIR/docker-isaac-sim", CACHE_DIR), rest) for src, rest in g["binds"]
+              if src.startswith("$TMPDIR/docker-isaac-sim/")]
+    assert len(caches) == 8 and all(rest.endswith(":rw") for _, rest in caches)
+    assert [rest for _, rest in g["binds"] if not rest.endswith(":rw") or
+            rest.startswith("/workspace/isaaclab")] == ["/workspace/isaaclab:rw", "/workspace/isaaclab/logs:rw"]
+    # --writable and --containall need a sandbox image and hide the run directory: --cleanenv
+    # keeps the host's environment out just the same; the working directory is --pwd, not cd.
+    assert g["flags"] == ["--nv", "--writable", "--containall"]
+    container = ["apptainer", "exec", "--cleanenv", "--nv",
+                 "--bind", f"{run}:{run}", "--bind", f"{wd}:{wd}",
+                 *[w for src, rest in caches for w in ("--bind", f"{src}:{rest}")],
+                 "--pwd", wd, "$SCRATCH/images/isaac-lab.sif"]
+    assert words[:len(container)] == container
+    words = words[len(container):]
+
+    # 4. The interpreter: the guide's `export ISAACLAB_PATH=/workspace/isaaclab &&
+    # /isaac-sim/python.sh` is what `isaaclab.sh -p` does.
+    assert g["steps"] == ["export ISAACLAB_PATH=/workspace/isaaclab", "cd /workspace/isaaclab"]
+    assert g["argv"][0] == "/isaac-sim/python.sh"
+    if library != "skrl_jax":
+        # torchrun's agent ignores SIGUSR2 (each rank's bootstrap takes it).
+        assert words[:4] == ["bash", "-c", 'trap "" USR2; exec "$@"', "hpctrain-agent"]
+        words = words[4:]
+    assert words[:2] == ["/workspace/isaaclab/isaaclab.sh", "-p"]
+    words = words[2:]
+
+    # 5. The launcher of the multi-GPU docs, its node layout filled from Slurm (c10d rendezvous on
+    # the first node instead of a fixed master, node rank left to the rendezvous).
+    if library != "skrl_jax":
+        torchrun = ["-m", "torch.distributed.run", "--nnodes=$NNODES", "--nproc-per-node=4",
+                    "--rdzv-backend=c10d", "--rdzv-endpoint=$HEAD:$PORT", "--rdzv-id=$HPCTRAIN_JOB_ID"]
+        assert words[:len(torchrun)] == torchrun
+        words = words[len(torchrun):]
+        filled = [w.split("=")[0][2:].replace("-", "_") for w in words[:-3]]
+        assert set(filled) <= SLURM_FILLED, filled
+        words = words[len(filled):]
+
+    # 6. The rank side, which runs the guide's program in-process: its train.py (absolute, as the
+    # working directory is the job's rather than /workspace/isaaclab) with every argument.
+    assert words == ["$RUN_DIR/rank", "run", "$RUN_DIR/bootstrap.json"]  # and nothing else
+    program = make_plan(job, run).program
+    assert program == ["/workspace/isaaclab/" + g["argv"][1], *g["argv"][2:]]
+    assert g["argv"][2:5] == ["--task=Isaac-Cartpole-v0", "--headless", "--distributed"]
+
+    # 7. Isaac Sim's caches exist on every node before the container starts.
+    assert make_plan(job, run).container["make_dirs"] == [src for src, _ in caches]
 
 
 def test_isaac_caches_follow_the_job(site):

@@ -125,8 +125,6 @@ MATRIX.update({
                                                   **_ISAAC}),
 })
 # Containers (hpctrain/containers.py): every runtime, GPU and CPU nodes, Isaac Lab's image layout.
-_IMAGE_ISAAC = {"script": None, "args": [], "task": "Isaac-Cartpole-v0",
-                "isaaclab": "/workspace/isaaclab", "python": "/workspace/isaaclab/isaaclab.sh -p"}
 MATRIX.update({
     "apptainer-2x4-gpus-secrets": ("containers.yaml", {
         "resources": {"nodes": 2, "gpus_per_node": 4}, "secrets": ["WANDB_API_KEY"],
@@ -151,14 +149,13 @@ MATRIX.update({
     "podman-local-1x2": ("local", {
         "resources": {"procs_per_node": 2},
         "container": {"runtime": "podman", "image": "localhost/hpctrain-test:latest"}}),
-    "pyxis-isaac-rsl_rl-2x4": ("containers.yaml", {
-        "library": "rsl_rl", "resources": {"nodes": 2, "gpus_per_node": 4}, **_IMAGE_ISAAC,
-        "container": {"runtime": "pyxis", "image": "nvcr.io#nvidia/isaac-lab:2.1.0"}}),
 })
+# Isaac Lab's image layout: the example files themselves (examples/isaaclab/), so that what a user
+# copies is what the golden files show.
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "isaaclab"
+MATRIX["pyxis-isaac-rsl_rl-2x4"] = ("containers.yaml", EXAMPLES / "pyxis_rsl_rl.yaml")
 for _lib in ("rl_games", "rsl_rl", "skrl", "skrl_jax"):
-    MATRIX[f"apptainer-isaac-{_lib}-2x4"] = ("containers.yaml", {
-        "library": _lib, "resources": {"nodes": 2, "gpus_per_node": 4}, **_IMAGE_ISAAC,
-        "container": {"runtime": "apptainer", "image": "/scratch/images/isaac-lab.sif"}})
+    MATRIX[f"apptainer-isaac-{_lib}-2x4"] = ("containers.yaml", EXAMPLES / f"apptainer_{_lib}.yaml")
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 WORKDIR = "/work/job"  # the directory jobs are loaded in, as the golden files show it
 
@@ -172,6 +169,8 @@ def site_dir(tmp_path, monkeypatch):
 
 
 def job_for(site, extra):
+    if isinstance(extra, Path):  # an example job file, as a user submits it
+        return load_job(extra, site=site, runs_dir="/runs")
     data = dict(BASE, runs_dir="/runs")
     for k, v in extra.items():
         data[k] = v
