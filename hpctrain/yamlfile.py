@@ -64,6 +64,11 @@ def _check_events(text: str, source: str) -> None:
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
     except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        if "nesting depth" in str(exc.problem) and mark is not None:
+            # (PyYAML >= 6.0.3 stops at its own limit while reading ahead, before our count)
+            raise HpctrainError(f"nested deeper than {MAX_DEPTH} levels", f"{source}:{mark.line + 1}",
+                                "a job file is a few levels deep: check the indentation") from None
         raise _invalid(exc, source) from None
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, ...)
         line = text[:exc.position].count("\n") + 1
