@@ -76,7 +76,9 @@ def site_hosts(value, site_source: str) -> list[str]:
         except OSError as exc:
             raise ValueError(f"cannot read the hostfile {path}: {exc.strerror}") from None
         items = []
-        for n, line in enumerate(text.splitlines(), 1):
+        # Lines end at "\n" alone (str.splitlines also ends them at \x85, \x1c..\x1e, \v, \f,
+        # U+2028: control characters that must be refused as a host name, not read as breaks).
+        for n, line in enumerate(text.split("\n"), 1):
             line = line.split("#", 1)[0].strip()
             if line:
                 if len(line.split()) > 1:

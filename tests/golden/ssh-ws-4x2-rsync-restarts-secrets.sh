@@ -381,8 +381,10 @@ probe_host() {  # [head]
     probe_fail "the interpreter '${py[0]}' (the job's python:) is not there" "install it there, or give the job's python: as the hosts have it (the site's modules and setup lines run first)"
   version=$("${py[@]}" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>&1) ||
     probe_fail "the interpreter '${py[*]}' (the job's python:) does not run: $(tail -n 3 <<<"$version" | paste -sd ' ' -)" "run it by hand there to see why"
-  [[ -e train.py ]] ||
-    probe_fail "the program train.py is not there (in $PWD)" "set the site's sync.code: true to copy the working directory to the hosts"
+  # (a variable: a quoted value inside the message's double quotes would be expanded there)
+  local program=train.py
+  [[ -e $program ]] ||
+    probe_fail "the program $program is not there (in $PWD)" "set the site's sync.code: true to copy the working directory to the hosts"
   for tool in flock setsid awk getent cksum grep sed rsync; do
     command -v "$tool" >/dev/null 2>&1 || probe_fail "'$tool' is not installed" "install it (util-linux, coreutils, glibc's getent, rsync)"
   done
@@ -463,8 +465,9 @@ case $MODE in
     export HPCTRAIN_STEP_OF=$RUN_DIR  # how `stop` finds whatever this step starts
     read_secrets
     if [[ $MODE == probe ]]; then
-      [[ -d /runs/ddp-check/RUN_ID/code ]] ||
-        probe_fail "the working directory /runs/ddp-check/RUN_ID/code (where the job was submitted) is not there" "set the site's sync.code: true to copy it to the hosts"
+      workdir=/runs/ddp-check/RUN_ID/code
+      [[ -d $workdir ]] ||
+        probe_fail "the working directory $workdir (where the job was submitted) is not there" "set the site's sync.code: true to copy it to the hosts"
     fi
     ;;
   "")

@@ -181,6 +181,31 @@ def finished_run(tmp_path_factory):
     return submitted(out.stdout)[1]
 
 
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+    """One finished local sweep of 2 tasks: (its home, its run directory)."""
+    base = tmp_path_factory.mktemp("sweep")
+    home = base / "home"
+    env = dict(os.environ, HPCTRAIN_HOME=str(home), HPCTRAIN_RUNS_DIR=str(base / "runs"))
+    jf = job_file(base, "swept", args=["--seconds", "0.1"], sweep={"seeds": [1, 2]})
+    out = subprocess.run([sys.executable, "-m", "hpctrain", "submit", str(jf), "--wait"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return home, submitted(out.stdout)[1]
+
+
+@pytest.mark.parametrize("task", ["2", "99999", "-1"])
+def test_logs_of_a_task_a_sweep_does_not_have_lists_its_tasks(task, finished_sweep, cli):
+    tried("cli")
+    home, run_dir = finished_sweep
+    proc = cli("logs", run_dir.name, "--task", task, check=False, env={"HPCTRAIN_HOME": str(home)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"has no task {task}" in proc.stderr and "tasks are 0..1" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    # (and a task it has is shown)
+    assert cli("logs", run_dir.name, "--task", "1", env={"HPCTRAIN_HOME": str(home)}).stdout
+
+
 @pytest.mark.parametrize("damage", sorted(_corruptions()))
 def test_damaged_run_directory_never_gives_a_traceback(damage, finished_run, cli, tmp_path, home):
     healthy = finished_run
