@@ -93,6 +93,20 @@ def test_podman_2x2_trains_in_containers(cli, cluster, tmp_path):
     no_container_left(job_id)
 
 
+def saved_once_and_resumed_from_it(run_dir) -> None:
+    """The signal reached every rank inside its container: all saved at one agreed step, and
+    the requeued run started from exactly that step and trained to the end (40 iterations)."""
+    runs = attempts(run_dir)
+    first = [a for a in runs if a["job_restart"] == 0]
+    second = [a for a in runs if a["job_restart"] == 1]
+    assert len(first) == 4 and len(second) == 4, runs
+    assert {a["stopped"] for a in first} == {"preempted"}, runs
+    saved = {a["reached"] for a in first}
+    assert len(saved) == 1 and saved.pop() > 0, runs
+    assert {a["started_from"] for a in second} == {first[0]["reached"]}, runs
+    assert {a["stopped"] for a in second} == {"completed"} and {a["reached"] for a in second} == {40}
+
+
 def test_podman_time_limit_warning_saves_requeues_and_resumes(cli, cluster, tmp_path):
     # The time-limit warning's path: USR2 to the batch shell, which signals the ranks itself.
     job_id, run_dir = submit(cli, cluster, tmp_path,
@@ -103,16 +117,7 @@ def test_podman_time_limit_warning_saves_requeues_and_resumes(cli, cluster, tmp_
     log = slurm_log(run_dir)
     assert info["JobState"] == "COMPLETED", log
     assert info["Restarts"] == "1", info
-    runs = attempts(run_dir)
-    first = [a for a in runs if a["job_restart"] == 0]
-    second = [a for a in runs if a["job_restart"] == 1]
-    assert len(first) == 4 and len(second) == 4, runs
-    # The signal reached every rank inside its container: all saved at one agreed step.
-    assert {a["stopped"] for a in first} == {"preempted"}, runs
-    saved = {a["reached"] for a in first}
-    assert len(saved) == 1 and saved.pop() > 0, runs
-    assert {a["started_from"] for a in second} == {first[0]["reached"]}, runs
-    assert {a["stopped"] for a in second} == {"completed"} and {a["reached"] for a in second} == {40}
+    saved_once_and_resumed_from_it(run_dir)
     assert "preemption: the ranks exited (status 0)" in log, log
     assert (f"preemption: the time-limit warning or a signal sent to the job: requeueing job "
             f"{job_id} (requeue 1 of at most") in log, log
@@ -133,15 +138,7 @@ def test_podman_real_preemption_saves_requeues_and_resumes(cli, cluster, tmp_pat
     assert info["JobState"] == "COMPLETED", log
     assert info["Restarts"] == "1", info
     assert wait_for_job(high, timeout=60)["JobState"] == "COMPLETED"
-    runs = attempts(run_dir)
-    first = [a for a in runs if a["job_restart"] == 0]
-    second = [a for a in runs if a["job_restart"] == 1]
-    assert len(first) == 4 and len(second) == 4, runs
-    assert {a["stopped"] for a in first} == {"preempted"}, runs
-    saved = {a["reached"] for a in first}
-    assert len(saved) == 1 and saved.pop() > 0, runs
-    assert {a["started_from"] for a in second} == {first[0]["reached"]}, runs
-    assert {a["stopped"] for a in second} == {"completed"} and {a["reached"] for a in second} == {40}
+    saved_once_and_resumed_from_it(run_dir)
     assert (f"preemption: preempted by the scheduler: requeueing job {job_id} "
             "(requeue 1 of at most") in log, log
     assert "done: all ranks exited 0" in log, log
