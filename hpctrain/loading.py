@@ -164,7 +164,7 @@ def _with_tasks(job: Job, site_doc: Located) -> Job:
             for key, value in point.items():
                 data = set_path(data, tuple(key.split(".")), value)
             task = _validated(Located(data, "<python>", {}), dict(data), job.site, site_doc,
-                              job.site_ref, {}, {}, None, checked=point)
+                              job.site_ref, set_args={}, flags={}, site_from=None, checked=point)
         except ValueError as exc:
             raise HpctrainError(f"sweep task {i}: {exc}", where(("sweep",)),
                                 "sweep keys name job keys, e.g. env.LR or args") from None

@@ -104,7 +104,7 @@ class Supervisor:
         denied = False
         tree = descendants(self.pid)
         if self.init and sig != signal.SIGKILL:
-            tree = tree[1:]
+            tree = [pid for pid in tree if pid != self.pid]  # the init itself
         for pid in tree:
             try:
                 os.kill(pid, sig)

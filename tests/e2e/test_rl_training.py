@@ -94,6 +94,16 @@ def check_plot(cli, job_id: str, run_dir: Path, results: list[dict], tmp_path: P
     assert f"Loss/value {last + 1} points" in out, out
 
 
+def completed_on_cluster(cli, *submit_args) -> tuple[str, Path, str, list[dict]]:
+    """Submit to the cluster and wait for the job: it must complete. (job id, run dir, the
+    batch log, every rank's results)."""
+    job_id, run_dir = submitted(cli("submit", *submit_args).stdout)
+    info = wait_for_job(job_id, timeout=400)
+    log = cluster_log(run_dir)
+    assert info["JobState"] == "COMPLETED", log[-4000:]
+    return job_id, run_dir, log, read_results(run_dir)
+
+
 def check_trained(results: list[dict], log: str, world: int, hosts: int) -> None:
     assert sorted(r["rank"] for r in results) == list(range(world)), log[-3000:]
     assert {r["world_size"] for r in results} == {world}
@@ -110,13 +120,9 @@ def test_library_trains_on_two_nodes(library, cli, cluster, tmp_path):
     job_file, pattern = LIBRARIES[library]
     assert pattern in adapter(library).checkpoint_globs  # what resume will look for is what is written
     t0 = time.monotonic()
-    proc = cli("submit", job_file, "--site", cluster, "--set", f"python={sys.executable}",
-               "--set", f"args=[{','.join(ARGS[library])}]")
-    job_id, run_dir = submitted(proc.stdout)
-    info = wait_for_job(job_id, timeout=400)
-    log = cluster_log(run_dir)
-    assert info["JobState"] == "COMPLETED", log[-4000:]
-    results = read_results(run_dir)
+    job_id, run_dir, log, results = completed_on_cluster(
+        cli, job_file, "--site", cluster, "--set", f"python={sys.executable}",
+        "--set", f"args=[{','.join(ARGS[library])}]")
     check_trained(results, log, world=4, hosts=2)
     assert all(r["library"] == library for r in results)
     ckpts = sorted(run_dir.glob(pattern))
@@ -194,13 +200,10 @@ def test_cartpole_ppo_on_this_machine(cli):
 
 @pytest.mark.slurm
 def test_cartpole_ppo_on_two_nodes(cli, cluster):
-    proc = cli("submit", "examples/cartpole_ppo.yaml", "--site", cluster,
-               "--set", "resources.nodes=2", "--set", f"python={sys.executable}")
-    job_id, run_dir = submitted(proc.stdout)
-    info = wait_for_job(job_id, timeout=400)
-    log = cluster_log(run_dir)
-    assert info["JobState"] == "COMPLETED", log[-4000:]
-    check_trained(read_results(run_dir), log, world=4, hosts=2)
+    _, run_dir, log, results = completed_on_cluster(
+        cli, "examples/cartpole_ppo.yaml", "--site", cluster, "--set", "resources.nodes=2",
+        "--set", f"python={sys.executable}")
+    check_trained(results, log, world=4, hosts=2)
     assert list(run_dir.glob("checkpoints/policy_*.pt"))
 
 
@@ -260,14 +263,10 @@ def test_di_engine_trains_on_two_nodes(cli, cluster, ding_python):
     the same checks as the other libraries' 2-node runs. On GPUs its LogReduceHook puts tensors
     on cuda:<global rank> (the adapter warns about it); in CPU mode that device is the CPU, so
     the pipeline itself runs across nodes here."""
-    proc = cli("submit", "examples/di_engine/cartpole_dqn_ddp.yaml", "--site", cluster,
-               "--set", f"python={ding_python}", "--set", "resources.nodes=2",
-               "--set", "resources.procs_per_node=1")
-    job_id, run_dir = submitted(proc.stdout)
-    info = wait_for_job(job_id, timeout=400)
-    log = cluster_log(run_dir)
-    assert info["JobState"] == "COMPLETED", log[-4000:]
-    results = read_results(run_dir)
+    job_id, run_dir, log, results = completed_on_cluster(
+        cli, "examples/di_engine/cartpole_dqn_ddp.yaml", "--site", cluster,
+        "--set", f"python={ding_python}", "--set", "resources.nodes=2",
+        "--set", "resources.procs_per_node=1")
     check_trained(results, log, world=2, hosts=2)
     assert list(run_dir.glob("cartpole_dqn_ddp/ckpt/iteration_*.pth.tar"))  # ./<exp_name> in the run
     check_progress(cli, job_id, run_dir, results, "di_engine")
