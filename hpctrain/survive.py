@@ -35,6 +35,10 @@ The path of a preemption, an approaching time limit or a cancel, end to end:
    requeue` (JOBID, or ARRAYJOBID_TASKID), from the batch shell on the host, never from the
    training process (a container has no scontrol) — unless SLURM_RESTART_COUNT (unset on the
    first run) has reached `max_requeues`: then the job ends with exit status 75.
+   A cancel also fails whatever step runs at that moment (the preflight, the ranks), and a signal
+   can arrive during the job's setup lines: the same view decides before any failure is taken
+   for a node's fault, so a cancelled job is never requeued, and a signalled one never starts
+   its preflight.
 4. The next run starts the ranks again; each rank's bootstrap finds the newest checkpoint in the
    run directory (where the library adapter says its library writes them) and hands it to the
    library's own resume option (HPCTRAIN_RESUME_FROM for a plain command; DI-engine's through

@@ -102,6 +102,11 @@ required_among() {  # NODES
 # After a failure recorded in status/failure.json: a requeue when it may help (a node's fault,
 # a hang: rank/recovery.py), leaving the nodes it blames out; otherwise the caller ends the job.
 requeue_after_failure() {
+  # A cancel during a step fails the step too (the preflight, or the ranks): what Slurm is doing
+  # to the job decides first, so that a cancelled or timed-out job is never requeued.
+  local view
+  view=$(job_view)
+  [[ "$view" != ending && -z "$SIGNALLED" ]] || after_signal "$view"
   local count=${SLURM_RESTART_COUNT:-0} verdict="" nodes="" why=""
   read -r verdict nodes why < <(python3 "$RUN_DIR/rank" recover "$RUN_DIR" 2 2>&1) || true
   if [[ "$verdict" != requeue ]]; then
@@ -263,6 +268,8 @@ LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per
 # --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
 # Without it, a node that cannot reach the head makes torchrun wait its join_timeout and the job
 # hang until the time limit; here the job stops within 60 s and names the node.
+# A cancel or preemption during the setup above: no preflight, no launch.
+[[ -z "$SIGNALLED" ]] || after_signal "$(job_view)"
 export HPCTRAIN_NODES
 HPCTRAIN_NODES=$(echo "$NODELIST" | paste -sd, -)
 log "preflight: $NNODES nodes must reach $HEAD:$PORT within 60 s"

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
 
@@ -173,37 +174,65 @@ def _hostnames(nodelist: str) -> list[str]:
                           text=True, check=True).stdout.split()
 
 
+def _exclusive_site(tmp_path, monkeypatch) -> str:
+    """The test cluster's site with --exclusive: no one else's job on a node while it is cut off."""
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    site = (ROOT / "site_configs" / "localcluster.yaml").read_text()
+    site = site.replace("name: localcluster", "name: exclusive")
+    site += "sbatch_extra: [--exclusive]\n"
+    (sites / "exclusive.yaml").write_text(site)
+    monkeypatch.setenv("HPCTRAIN_SITE_PATH", str(sites))
+    return "exclusive"
+
+
+def _held_in_setup(flag, started=None) -> str:
+    """A setup line that holds every run before its preflight until FLAG exists (at most 120 s),
+    touching STARTED first when given."""
+    touch = f"touch {started}; " if started else ""
+    return f'setup=["{touch}for _ in $(seq 600); do [ -e {flag} ] && break; sleep 0.2; done"]'
+
+
+@contextmanager
+def _cut_off(head: str, victim: str):
+    """VICTIM cannot open a connection to HEAD's rendezvous ports (61000-65534) meanwhile."""
+    head_ip = f"10.231.0.{10 + int(head.removeprefix('node'))}"
+    ns = ["nsenter", f"--net=/run/netns/hpct-{victim}"]
+    subprocess.run(ns + ["ip", "rule", "add", "to", head_ip, "ipproto", "tcp", "dport", "61000-65534",
+                         "prohibit", "priority", "100"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(ns + ["ip", "rule", "del", "priority", "100"], check=True)
+
+
+def _settled(job_id: str, timeout: float = 120) -> dict[str, str]:
+    """Slurm's record once the job has ended and nothing of it runs any more (not COMPLETING):
+    a batch shell that requeues its job does so before that."""
+    def done():
+        out = subprocess.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"],
+                             capture_output=True, text=True).stdout.split()
+        return out and out[0] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+    wait_until(done, timeout, "the job to end and finish completing", job_id)
+    return job_state(job_id)
+
+
 def test_node_cut_off_is_excluded_on_requeue_and_the_job_completes_elsewhere(cli, cluster, tmp_path,
                                                                              monkeypatch):
     """Issue 12, item 4. (Before: the preflight named the node and the job failed; now the
     failure that names a node is requeued without it.) One node of a 2-node job cannot reach
     the head's rendezvous ports: the preflight names it, the batch shell requeues the job with
     that node in ExcNodeList, and the job completes on two other nodes."""
-    sites = tmp_path / "sites"
-    sites.mkdir()
-    site = (ROOT / "site_configs" / "localcluster.yaml").read_text()
-    site = site.replace("name: localcluster", "name: exclusive")
-    site += "sbatch_extra: [--exclusive]\n"  # no one else's job on the node while it is cut off
-    (sites / "exclusive.yaml").write_text(site)
-    monkeypatch.setenv("HPCTRAIN_SITE_PATH", str(sites))
     flag = tmp_path / "go"
     job_id, run_dir = submitted(cli(
-        "submit", JOB, "--site", "exclusive", "--set", f"python={sys.executable}",
+        "submit", JOB, "--site", _exclusive_site(tmp_path, monkeypatch), "--set", f"python={sys.executable}",
         "--set", "launcher.preflight_timeout=10", "--set", "args=[--iterations,6,--sleep,0.2]",
-        # Hold every run before its preflight until the route is cut (at most 120 s).
-        "--set", f'setup=["for _ in $(seq 600); do [ -e {flag} ] && break; sleep 0.2; done"]').stdout)
+        "--set", _held_in_setup(flag)).stdout)
     info = wait_until(lambda: wait_for_job(job_id, timeout=300, states=("RUNNING",)), 300, "running", job_id)
     head, victim = _hostnames(info["NodeList"])
-    head_ip = f"10.231.0.{10 + int(head.removeprefix('node'))}"
-    rule = ["ip", "rule", "add", "to", head_ip, "ipproto", "tcp", "dport", "61000-65534",
-            "prohibit", "priority", "100"]
-    ns = ["nsenter", f"--net=/run/netns/hpct-{victim}"]
-    subprocess.run(ns + rule, check=True)
-    try:
+    with _cut_off(head, victim):
         flag.touch()
         info = wait_for_job(job_id, timeout=400, states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"))
-    finally:
-        subprocess.run(ns + ["ip", "rule", "del", "priority", "100"], check=True)
     log = slurm_log(run_dir)
     assert info["JobState"] == "COMPLETED", log[-4000:]
     assert info["Restarts"] == "1", info
@@ -247,6 +276,52 @@ def test_user_scancel_ends_the_run_without_requeue(cli, cluster):
     if failure.exists():  # when the shell wrote it inside Slurm's KillWait
         assert json.loads(failure.read_text())["reason"] == "cancelled"
     assert job_state(job_id).get("Restarts") in ("0", None)
+
+
+def test_scancel_during_the_preflight_ends_the_job_without_requeue(cli, cluster, tmp_path, monkeypatch):
+    """A cancel while the preflight step runs fails that step too. The batch shell used to take
+    it for a preflight failure and requeue the job: a cancelled job came back (seen in CI). Now
+    Slurm's view of the job decides first: cancelled, not requeued."""
+    flag = tmp_path / "go"
+    job_id, run_dir = submitted(cli(
+        "submit", JOB, "--site", _exclusive_site(tmp_path, monkeypatch), "--set", f"python={sys.executable}",
+        "--set", "args=[--iterations,6,--sleep,0.2]", "--set", _held_in_setup(flag)).stdout)
+    info = wait_until(lambda: wait_for_job(job_id, timeout=300, states=("RUNNING",)), 300, "running", job_id)
+    head, victim = _hostnames(info["NodeList"])
+    # The victim cannot reach the head: the preflight step waits (up to its 60 s) until the cancel.
+    with _cut_off(head, victim):
+        flag.touch()
+        wait_until(lambda: "preflight: 2 nodes must reach" in slurm_log(run_dir), 120, "the preflight", job_id)
+        wait_until(lambda: "StepId=" in subprocess.run(
+            ["scontrol", "-o", "show", "step", str(job_id)], capture_output=True, text=True).stdout,
+            60, "the preflight step", job_id)
+        subprocess.run(["scancel", str(job_id)], check=True)
+        info = _settled(job_id)
+    log = slurm_log(run_dir)
+    assert info["JobState"] == "CANCELLED", log[-3000:]
+    assert info["Restarts"] == "0", info
+    assert "requeueing job" not in log and "recovery:" not in log, log[-3000:]
+    assert re.search(r"hpctrain: preemption: SIGTERM and the scheduler is ending the job \(cancelled, "
+                     r"or its time limit\): not requeueing", log), log[-3000:]
+    assert json.loads((run_dir / "status" / "failure.json").read_text())["reason"] == "cancelled"
+
+
+def test_scancel_before_the_ranks_start_ends_the_job_without_a_preflight(cli, cluster, tmp_path):
+    """A cancel during the job's setup lines: the batch shell notes the SIGTERM, and once the
+    setup returns it neither runs the preflight nor launches; it ends, not requeued."""
+    flag, started = tmp_path / "go", tmp_path / "started"
+    job_id, run_dir = submit(cli, cluster, "args=[--iterations,6,--sleep,0.2]", _held_in_setup(flag, started))
+    wait_until(started.exists, 300, "the setup", job_id)
+    subprocess.run(["scancel", str(job_id)], check=True)
+    flag.touch()
+    info = _settled(job_id)
+    log = slurm_log(run_dir)
+    assert info["JobState"] == "CANCELLED", log[-3000:]
+    assert info["Restarts"] == "0", info
+    assert "hpctrain: preemption: SIGTERM received before the ranks started" in log, log[-3000:]
+    assert "nodes must reach" not in log and "hpctrain: launch:" not in log, log[-3000:]
+    assert "requeueing job" not in log, log[-3000:]
+    assert json.loads((run_dir / "status" / "failure.json").read_text())["reason"] == "cancelled"
 
 
 def test_rank_blocked_in_a_collective_is_named_and_restarted(cli, cluster):
