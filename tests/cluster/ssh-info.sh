@@ -29,4 +29,5 @@ printf 'HPCTRAIN_CLUSTER_SSH_KNOWN_HOSTS=%q\n' "${SSH_DIR}/known_hosts"
 printf "HPCTRAIN_CLUSTER_SSH_HOSTS='%s'\n" "${hosts[*]}"
 printf 'HPCTRAIN_CLUSTER_SSH_USER=root\n'
 printf 'HPCTRAIN_CLUSTER_LOGIN=login\n'
+printf 'HPCTRAIN_CLUSTER_LOG_DIR=%q\n' "${STATE_DIR}/log"  # the daemons' logs: sshd-MACHINE.log, slurmctld.log
 printf 'HPCTRAIN_CLUSTER_ON_LAPTOP=%q\n' "${here}/on-laptop.sh"

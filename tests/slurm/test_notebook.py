@@ -6,20 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.notebooks import KERNEL, cell_text, kernelspec
+
 pytestmark = pytest.mark.slurm
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebook_submit.ipynb"
-
-
-def _text(cell) -> str:
-    out = []
-    for o in cell.get("outputs", []):
-        if o.get("output_type") == "stream":
-            out.append(o["text"])
-        elif "data" in o:
-            out.append(o["data"].get("text/plain", ""))
-        elif o.get("output_type") == "error":
-            out.append("\n".join(o.get("traceback", [])))
-    return "".join(out)
 
 
 def test_notebook_is_stored_without_outputs():
@@ -33,18 +23,11 @@ def test_notebook_runs_on_the_cluster(home, cluster, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    # The kernel must be this interpreter (the one with hpctrain installed), whatever kernels
-    # the machine has registered: a kernelspec written for it into a private directory.
-    kdir = tmp_path / "kernels" / "hpctrain-test"
-    kdir.mkdir(parents=True)
-    (kdir / "kernel.json").write_text(
-        '{"argv": ["%s", "-m", "ipykernel_launcher", "-f", "{connection_file}"], '
-        '"display_name": "hpctrain-test", "language": "python"}' % sys.executable)
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
-    client = nbclient.NotebookClient(nb, timeout=400, kernel_name="hpctrain-test",
+    monkeypatch.setenv("JUPYTER_PATH", str(kernelspec(tmp_path, sys.executable)))
+    client = nbclient.NotebookClient(nb, timeout=400, kernel_name=KERNEL,
                                      resources={"metadata": {"path": str(NOTEBOOK.parents[1])}})
     client.execute()
-    text = "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
+    text = "\n".join(cell_text(c) for c in nb.cells if c.cell_type == "code")
     assert "2 nodes x 2 ranks on localcluster" in text
     assert "state: COMPLETED" in text, text
     assert "world size: 4" in text

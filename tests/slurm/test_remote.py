@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, submitted
+from tests.notebooks import RUN_NOTEBOOK, cell_text, kernelspec
 
 pytestmark = pytest.mark.slurm
 
@@ -201,51 +202,86 @@ def test_secret_reaches_the_job_without_touching_a_file(home, site, project, far
     assert grep_files(value, mirror, far, home, tmp_path, Path("/tmp/hpctrain-ssh-0")) == []
 
 
-def test_function_from_a_notebook_cell_gets_its_result(home, site, project, far):
-    cell = f"""
-import sys, hpctrain
-job = {{"name": "far-fn", "site": {str(site)!r}, "python": {sys.executable!r},
-        "resources": {{"nodes": 2, "procs_per_node": 1, "time": "00:05:00"}}}}
-
-def square_plus_rank(x):
-    import os
-    return x * x + int(os.environ["RANK"])
-
-handle = hpctrain.submit_function(square_plus_rank, job, 7)
-print("RESULTS", handle.results(timeout=240))
-print("RUN", handle.run_dir)
-"""
-    proc = subprocess.run([str(ON_LAPTOP), sys.executable, "-c", cell], cwd=project,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "RESULTS [49, 50]" in proc.stdout
-    mirror = Path(proc.stdout.split("RUN ", 1)[1].split()[0])
+def test_notebook_on_the_laptop_submits_a_function_and_a_job(home, site, project, far, tmp_path):
+    """A real Jupyter kernel on the laptop (ipykernel, run by nbclient there): one cell submits a
+    function to 2 nodes and gets its results back, the next submits a job file and waits for it,
+    as a researcher's notebook would."""
+    import nbformat
+    jf = job(project, "far-api", nodes=2, procs=1, args=["--seconds", "1"])
+    cells = [
+        "import json, sys, hpctrain\n"
+        f"site = {str(site)!r}",
+        "def square_plus_rank(x):\n"
+        "    import os\n"
+        "    return x * x + int(os.environ['RANK'])\n\n"
+        f"fn = hpctrain.submit_function(square_plus_rank, {{'name': 'far-fn', 'site': site, "
+        f"'python': {sys.executable!r}, 'resources': {{'nodes': 2, 'procs_per_node': 1, "
+        "'time': '00:05:00'}}, 7)\n"
+        "print('RESULTS', fn.results(timeout=240))\n"
+        "print('RUN', fn.run_dir)",
+        f"handle = hpctrain.submit({jf.name!r}, site=site)\n"
+        "print('RESULT', json.dumps(handle.result(timeout=240)))\n"
+        "print('STATE', handle.status().state.value)\n"
+        "handle",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    path = tmp_path / "laptop.ipynb"
+    nbformat.write(nb, path)
+    proc = subprocess.run([str(ON_LAPTOP), sys.executable, "-c", RUN_NOTEBOOK, str(path), str(project)],
+                          cwd=project, capture_output=True, text=True, timeout=400,
+                          env=dict(os.environ, JUPYTER_PATH=str(kernelspec(tmp_path, sys.executable))))
+    outputs = [cell_text(c) for c in nbformat.read(path, as_version=4).cells]
+    assert proc.returncode == 0, "\n".join(outputs) + proc.stdout + proc.stderr
+    _, fn_out, job_out = outputs
+    # The function: pickled on the laptop, run on two nodes, its results fetched back.
+    assert "RESULTS [49, 50]" in fn_out, fn_out
+    mirror = Path(fn_out.split("RUN ", 1)[1].split()[0])
     assert mirror.is_relative_to(Path(os.environ["HPCTRAIN_RUNS_DIR"]))
     assert list((far / "far-fn").glob("*/submitit/*_submitted.pkl"))  # pickled here, sent there
-
-
-def test_job_from_a_notebook_cell_runs_its_command(home, site, project, far):
-    jf = job(project, "far-api", nodes=2, procs=1, args=["--seconds", "1"])
-    cell = f"""
-import json, hpctrain
-handle = hpctrain.submit({jf.name!r}, site={str(site)!r})
-print("RESULT", json.dumps(handle.result(timeout=240)))
-print("STATE", handle.status().state.value)
-print("RUN", handle.run_dir)
-"""
-    proc = subprocess.run([str(ON_LAPTOP), sys.executable, "-c", cell], cwd=project,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    mirror = Path(proc.stdout.split("RUN ", 1)[1].split()[0])
-    assert mirror.is_relative_to(Path(os.environ["HPCTRAIN_RUNS_DIR"]))
-    result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
-    assert result["exit_code"] == 0 and result["run_dir"] == str(mirror), proc.stdout
-    assert "STATE COMPLETED" in proc.stdout, proc.stdout
-    cluster_dir = far_run(far, "far-api", mirror.name)
-    assert (cluster_dir / "code" / "train.py").is_file()  # the job ran on the cluster's copy
+    # The job file: its command ran on the cluster's copy of the code; the handle shows itself.
+    result = json.loads(job_out.split("RESULT ", 1)[1].splitlines()[0])
+    mirror = Path(result["run_dir"])
+    assert result["exit_code"] == 0 and mirror.is_relative_to(Path(os.environ["HPCTRAIN_RUNS_DIR"]))
+    assert "STATE COMPLETED" in job_out and f"<hpctrain run {mirror.name}" in job_out, job_out
+    assert (far_run(far, "far-api", mirror.name) / "code" / "train.py").is_file()
     ranks = sorted(json.loads(p.read_text())["rank"] for p in (mirror / "results").glob("rank-*.json"))
-    assert ranks == [0, 1], proc.stdout  # fetched back through the login node
+    assert ranks == [0, 1], job_out  # fetched back through the login node
     assert status(result["job"], project)["state"]["state"] == "COMPLETED"
+
+
+def accepted_logins(log: Path) -> list[str]:
+    """sshd's record of every connection it let in from the laptop (one line each)."""
+    return [line for line in log.read_text(errors="replace").splitlines()
+            if line.startswith("Accepted publickey for root from 10.231.0.3 ")]
+
+
+def test_every_command_rides_one_connection_to_the_login_node(home, project, far, tmp_path, cluster):
+    """Item 1: submit (mkdir, rsync of the code, sbatch), status (squeue, scontrol, sacct), logs
+    and list (fetches over rsync) from the laptop open ONE ssh connection to the login node,
+    counted in the login sshd's own log, and share it through one control socket."""
+    # ssh words of this run's own (a known_hosts copy in its temporary directory): a connection
+    # of its own, not one that an earlier test (or run of it) left up.
+    known = tmp_path / "known_hosts"
+    shutil.copy(ssh_info()["HPCTRAIN_CLUSTER_SSH_KNOWN_HOSTS"], known)
+    s = site_file(tmp_path, far, name="onemaster", ssh=ssh_section(known_hosts=str(known)))
+    log = Path(ssh_info()["HPCTRAIN_CLUSTER_LOG_DIR"]) / "sshd-login.log"
+    sockets = set(Path("/tmp/hpctrain-ssh-0").glob("*"))
+    before = len(accepted_logins(log))
+    jf = job(project, "far-one", args=["--seconds", "2"])
+    job_id, mirror = submitted(laptop("submit", jf.name, "--site", s, cwd=project).stdout)
+    st = wait_state(job_id, project, {"COMPLETED"})
+    assert "rank 0 done" in laptop("logs", job_id, cwd=project).stdout
+    assert "far-one" in laptop("list", cwd=project).stdout
+    assert (mirror / "results" / "rank-0.json").is_file(), st
+    new = accepted_logins(log)[before:]
+    # (Without the shared connection, the same steps open 14.)
+    assert len(new) == 1, new  # for submit, every status poll, logs and list
+    [socket] = set(Path("/tmp/hpctrain-ssh-0").glob("*")) - sockets
+    assert socket.is_socket()
+    # It is still up for the next command (ControlPersist), and it is the login node's.
+    check = subprocess.run(["ssh", "-o", f"ControlPath={socket}", "-O", "check", "login"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0 and "Master running" in check.stderr, check.stderr
 
 
 def test_python_version_mismatch_is_a_clear_error(home, site, project):
