@@ -26,6 +26,9 @@ def procs_per_node(spec: JobSpec) -> int:
 
 # A directive value is read by the scheduler, not the shell, and split at whitespace.
 _DIRECTIVE_VALUE = re.compile(r"[!-~]+")  # printable ASCII, no space
+# A resource's name as sbatch reads it back byte-exact: printable ASCII without a space, `"` or
+# `\` (measured on 22.05: `--account=a\b` and `--account="a\b"` both became "ab"; `"x"` is x).
+_RESOURCE_VALUE = re.compile(r'[!#-\[\]-~]+')
 _DIRECTIVE = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[!-~]+)?")
 
 
@@ -295,13 +298,14 @@ def _preemption(spec: JobSpec, where: Origins) -> None:
 
 def _directive_values(spec: JobSpec, site: SiteProfile, where: Origins) -> None:
     """Values that become scheduler directives: sbatch splits them at whitespace and reads
-    quotes itself, so they hold neither."""
+    double quotes and backslashes itself, so they hold none (a `'` is quoted: slurm.py)."""
     r = spec.resources
     for key in ("partition", "account", "qos", "constraint"):
         value = getattr(r, key)
-        if value is not None and not _DIRECTIVE_VALUE.fullmatch(value):
-            raise HpctrainError(f"'resources.{key}' {value!r} holds spaces, quotes or control "
-                                "characters, which a scheduler directive cannot carry",
+        if value is not None and not _RESOURCE_VALUE.fullmatch(value):
+            raise HpctrainError(f"'resources.{key}' {value!r} holds spaces, double quotes, "
+                                "backslashes or control characters, which a scheduler directive "
+                                "cannot carry",
                                 where(("resources", key)), "use the name as the scheduler lists it")
     runs = os.path.abspath(spec.runs_dir or os.environ.get("HPCTRAIN_RUNS_DIR") or "runs")
     if not _DIRECTIVE_VALUE.fullmatch(runs.replace("/", "_")) or any(c in runs for c in "\"'\\%"):

@@ -38,8 +38,9 @@ def _state(rec) -> JobState:  # rec: slurm_records.Record
 def directive_value(value: str) -> str:
     """A value as an `#SBATCH` line carries it: sbatch ends an unquoted value at a space or a
     `#` (measured on 22.05: `--comment=a#b c` became "a"), and reads double quotes itself.
-    Values never hold `"` (checks.py, sbatch_options.py)."""
-    return f'"{value}"' if (" " in value or "#" in value) else value
+    sbatch reads `'` as a quote too (`--comment=a'b` is refused, `--comment='x'` became x), but
+    not inside double quotes. Values never hold `"` or `\\` (checks.py, sbatch_options.py)."""
+    return f'"{value}"' if any(c in value for c in " #'") else value
 
 
 class SlurmBackend(Backend):

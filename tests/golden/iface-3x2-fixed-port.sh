@@ -246,7 +246,7 @@ THIS_NODE=${SLURMD_NODENAME:-?}
 # This shell runs on the first node, so its own interface address is the head's.
 [[ "$THIS_NODE" == "$FIRST" ]] || die "the batch shell runs on '$THIS_NODE', not on the head '$FIRST'"
 IFACE=ib0
-HEAD=$(ip -o -4 addr show dev "$IFACE" 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}')
+HEAD=$(ip -o -4 addr show dev "$IFACE" 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}') || true  # (no such interface: said below, not a silent exit)
 [[ -n "$HEAD" ]] || die "the head '$FIRST' has no IPv4 address on interface '$IFACE' (site head.interface)"
 HEAD_ADDR=$(getent ahostsv4 "$HEAD" | awk 'NR == 1 {print $1}') || true
 [[ -n "$HEAD_ADDR" ]] || die "the head '$HEAD' does not resolve on $(hostname): check the site's head.mode"
