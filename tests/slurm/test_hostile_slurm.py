@@ -212,12 +212,21 @@ class Submission:
         try:
             job, site = self.build()
             os.chdir(self.work)
-            self.prep = prepare(load_job(job, site=site))
             self.record = record
-            try:
-                self.run = submit_prepared(self.prep)
-            except HpctrainError as exc:
-                self.refused = str(exc)
+            for _ in range(5):
+                self.prep = prepare(load_job(job, site=site))
+                try:
+                    self.run = submit_prepared(self.prep)
+                except HpctrainError as exc:
+                    self.refused = str(exc)
+                    # Hundreds of runs a second: two may draw the same run id, and the second
+                    # is refused ("submit again") without losing the first; so submit again.
+                    if "already exists" in self.refused:
+                        continue
+                    return
+                self.refused = None
+                break
+            else:
                 return
             self.job_id = self.run.record.job_id
         finally:

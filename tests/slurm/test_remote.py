@@ -4,6 +4,7 @@ login sshd. Every scheduler command goes over ssh; the run lives under the site'
 directory; the laptop keeps a mirror (run.json, fetched logs and results)."""
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, submitted
+from tests.hostile import canary_payloads, tried
 from tests.notebooks import RUN_NOTEBOOK, cell_text, kernelspec
 
 pytestmark = pytest.mark.slurm
@@ -173,6 +175,42 @@ def test_two_node_training_with_wait_from_laptop(home, site, project, far):
     assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
     assert len({r["host"] for r in results}) == 2
     assert {r["allreduce"] for r in results} == {6.0}
+
+
+def test_hostile_exclude_patterns_from_the_laptop(home, project, far, tmp_path, cluster, monkeypatch):
+    """Issue 11 on the laptop path. Of the site fields only that path reads, `login` and
+    `remote.runs_dir` refuse every canary payload (strict patterns); `remote.exclude` takes
+    nearly all. All of those but `*` (which leaves out every file, the program too) go into one
+    site's exclude list: the laptop's submit copies the code without what they match, the job
+    completes, and nothing runs on either side."""
+    from hpctrain.errors import HpctrainError
+    from hpctrain.loading import load_job
+    canary = tmp_path / "CANARY"
+    monkeypatch.chdir(project)  # where the job's script is
+
+    def accepted(pattern: str) -> bool:
+        s = site_file(tmp_path, far, name="excl", remote={"runs_dir": str(far), "exclude": [pattern]})
+        try:
+            load_job({"name": "excl", "script": "train.py", "python": sys.executable}, site=str(s))
+            return True
+        except HpctrainError:
+            return False
+    patterns = [p for p in canary_payloads(str(canary)) if accepted(p)]
+    assert len(patterns) >= 30 and "*" in patterns, patterns
+    # (a pattern that matches the program leaves it out: the job could not run)
+    patterns = [p for p in patterns if not fnmatch.fnmatch("train.py", p) and not fnmatch.fnmatch("kept.txt", p)]
+    tried("execution", len(patterns))
+    (project / "a b  c").write_text("left out by the pattern of the same name\n")
+    (project / "kept.txt").write_text("copied\n")
+    s = site_file(tmp_path, far, name="excl", remote={"runs_dir": str(far), "exclude": patterns})
+    proc = laptop("submit", job(project, "far-excl").name, "--site", s, "--wait", cwd=project,
+                  timeout=300, check=False)
+    assert proc.returncode == 0 and "COMPLETED" in proc.stdout, proc.stdout + proc.stderr
+    _, mirror = submitted(proc.stdout)
+    code = far_run(far, "far-excl", mirror.name) / "code"
+    assert (code / "train.py").is_file() and (code / "kept.txt").is_file()
+    assert not (code / "a b  c").exists()
+    assert not canary.exists() and not list(far.rglob("CANARY")) and not list(project.rglob("CANARY"))
 
 
 def grep_files(value: str, *dirs: Path) -> list[str]:
