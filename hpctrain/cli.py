@@ -224,7 +224,6 @@ def cmd_plot(args) -> int:
 
 
 def cmd_tensorboard(args) -> int:
-    import os
     import time
     from .board import start
     from .display import board_text
@@ -236,11 +235,8 @@ def cmd_tensorboard(args) -> int:
         while True:  # TensorBoard serves from its own threads until Ctrl-C
             time.sleep(3600)
     except KeyboardInterrupt:
-        print("TensorBoard stopped", flush=True)
-        # Now, not after TensorBoard's loader threads: nothing of theirs needs finishing, and
-        # the interpreter's exit waited for them past 30 s on a loaded machine (seen in CI).
-        sys.stderr.flush()
-        os._exit(0)
+        print("TensorBoard stopped")
+        return 0
 
 
 class _Unused:

@@ -52,6 +52,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def board_process(*args: str) -> subprocess.Popen:
+    """`hpctrain tensorboard ARGS`, stopped with Ctrl-C (SIGINT) as a user would. Its SIGINT is
+    reset to the default first: a shell that ran this suite in the background (`.ci/run &`)
+    ignores SIGINT in everything it starts, and Python then never raises KeyboardInterrupt."""
+    return subprocess.Popen([sys.executable, "-m", "hpctrain", "tensorboard", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
 def get_json(url: str):
     with urllib.request.urlopen(url, timeout=10) as answer:
         return json.load(answer)
@@ -95,8 +104,7 @@ def test_wait_status_list_plot_and_tensorboard_follow_a_real_run(cli, job, tmp_p
     assert bad.returncode == 2 and "choose from: train/reward" in bad.stderr
 
     port = free_port()
-    board = subprocess.Popen([sys.executable, "-m", "hpctrain", "tensorboard", run, "--port", str(port)],
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    board = board_process(run, "--port", str(port))
     try:
         said = [board.stdout.readline() for _ in range(5)]
         assert said[0].startswith(f"TensorBoard http://127.0.0.1:{port}/ serving run "), said
@@ -128,9 +136,7 @@ def test_tensorboard_of_a_sweep_serves_every_task(cli, tmp_path):
                     "sweep: {seeds: [1, 2], parallel: 2}\n")
     _, run_dir = submitted(cli("submit", str(path), "--wait", timeout=300).stdout)
     port = free_port()
-    board = subprocess.Popen([sys.executable, "-m", "hpctrain", "tensorboard", str(run_dir),
-                              "--port", str(port)],
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    board = board_process(str(run_dir), "--port", str(port))
     try:
         said = [board.stdout.readline() for _ in range(3)]
         assert said[0].startswith(f"TensorBoard http://127.0.0.1:{port}/ serving run "), said
