@@ -155,7 +155,7 @@ if [[ $run == 0 ]]; then
     srun bash -c 'h=$(hostname); log() {{ echo "$EPOCHREALTIME run=0 $*" >> {d}/events; }}
         for s in TERM CONT USR1 USR2 INT HUP; do trap "log step-$h got $s" $s; done
         log step-$h ready
-        while :; do echo $EPOCHREALTIME > {d}/alive-$h; sleep 0.1; done' &
+        while :; do echo $EPOCHREALTIME >> {d}/alive-$h; sleep 0.1; done' &
     while :; do sleep 0.1 & wait $!; done
 fi
 log batch second run done
@@ -203,7 +203,8 @@ def test_high_partition_preempts_debug_job_sigterm_then_requeue(cluster, tmp_pat
     assert first(r"run=0 batch got CONT") - batch_term < 1, timeline
     assert len([e for t, e in ev if "run=0 step-node1 got TERM" in e and t >= batch_term - 0.5]) >= 1
     # SIGKILL KillWait (5 s) after that: the tasks' heartbeats stop.
-    last_alive = max(float((tmp_path / f"alive-{n}").read_text()) for n in ("node1", "node2"))
+    # (appended, not rewritten: a SIGKILL between a truncation and its write left an empty file)
+    last_alive = max(float((tmp_path / f"alive-{n}").read_text().split()[-1]) for n in ("node1", "node2"))
     assert 3 <= last_alive - batch_term <= 8, (last_alive - batch_term, timeline)
     # The high job ran after the preempted processes were gone, the requeued run after it.
     high_start, high_end = first(r"^high start"), first(r"^high end")
