@@ -2,6 +2,7 @@
 the program on two nodes; and `submit` killed with -9 at every step of a Slurm submission."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -262,7 +263,7 @@ def test_every_field_with_every_payload_runs_through_sbatch(cluster, home, tmp_p
     payloads = canary_payloads(str(canary))
     monkeypatch.setenv("HOME", str(tmp_path / "home-dir"))  # runs_dir: ~ and $HOME land here
     (tmp_path / "home-dir").mkdir()
-    made = iter(range(10**6))
+    made = itertools.count()
 
     def sub(lane, pairs):
         return Submission(lane, pairs, tmp_path / "w" / f"{lane}-{next(made)}")

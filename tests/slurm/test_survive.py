@@ -149,7 +149,7 @@ def test_rank_check_names_a_rank_that_does_not_arrive(cli, cluster, tmp_path):
     job_id, run_dir = submit(cli, cluster, "launcher.preflight_timeout=10",
                              f"env.PYTHONPATH={late}",
                              "args=[--iterations,4,--sleep,0.1]")
-    wait_until(lambda: wait_for_job(job_id, timeout=300, states=("RUNNING",)), 300, "running", job_id)
+    wait_for_job(job_id, timeout=300, states=("RUNNING",))
     info = wait_for_job(job_id, timeout=120)
     log = slurm_log(run_dir)
     assert info["JobState"] == "FAILED", log
@@ -228,7 +228,7 @@ def test_node_cut_off_is_excluded_on_requeue_and_the_job_completes_elsewhere(cli
         "submit", JOB, "--site", _exclusive_site(tmp_path, monkeypatch), "--set", f"python={sys.executable}",
         "--set", "launcher.preflight_timeout=10", "--set", "args=[--iterations,6,--sleep,0.2]",
         "--set", _held_in_setup(flag)).stdout)
-    info = wait_until(lambda: wait_for_job(job_id, timeout=300, states=("RUNNING",)), 300, "running", job_id)
+    info = wait_for_job(job_id, timeout=300, states=("RUNNING",))
     head, victim = _hostnames(info["NodeList"])
     with _cut_off(head, victim):
         flag.touch()
@@ -286,7 +286,7 @@ def test_scancel_during_the_preflight_ends_the_job_without_requeue(cli, cluster,
     job_id, run_dir = submitted(cli(
         "submit", JOB, "--site", _exclusive_site(tmp_path, monkeypatch), "--set", f"python={sys.executable}",
         "--set", "args=[--iterations,6,--sleep,0.2]", "--set", _held_in_setup(flag)).stdout)
-    info = wait_until(lambda: wait_for_job(job_id, timeout=300, states=("RUNNING",)), 300, "running", job_id)
+    info = wait_for_job(job_id, timeout=300, states=("RUNNING",))
     head, victim = _hostnames(info["NodeList"])
     # The victim cannot reach the head: the preflight step waits (up to its 60 s) until the cancel.
     with _cut_off(head, victim):
