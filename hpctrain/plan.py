@@ -72,6 +72,13 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     warnings: tuple[str, ...] = ()
 
     @property
+    def node_check_in_launch(self) -> bool:
+        """The node check runs inside each node's torchrun start (rank/preflight.launch), not
+        as a step of its own: one step launch fewer, and hidden behind torch's import. The
+        tasks launcher has no per-node process to hold it: it keeps the separate step."""
+        return self.preflight and self.multinode and self.launcher != "tasks"
+
+    @property
     def multinode(self) -> bool:
         return self.nnodes > 1
 

@@ -88,9 +88,11 @@ Timeouts (seconds; every one can be set in the job file or in a site's `defaults
   bootstrap makes it torch.distributed's default, so every init_process_group/new_group that does
   not pass its own timeout uses it. Default: torch's (10 min NCCL, 30 min gloo).
 - launcher.preflight_timeout: every node must reach the head on the rendezvous port within this,
-  before torchrun starts; then every rank must meet all the others (rank/preflight.rank_check, a
-  counter in a TCPStore rank 0 hosts on HPCTRAIN_SPARE_PORT; no process group) within it too,
-  before the program starts. Default 60, 180 above 64 nodes.
+  before torchrun starts (inside the launch step, while each node imports torch: rank/preflight
+  .launch; the tasks launcher runs it as a step of its own); then every rank must meet all the
+  others (rank/preflight.rank_check, a counter in torchrun's own store, or in a TCPStore rank 0
+  hosts on HPCTRAIN_SPARE_PORT where there is none; no process group) within it too, before the
+  program starts. Default 60, 180 above 64 nodes.
 - launcher.hang_timeout: no rank has progressed for this long -> a hang (above). Default: off.
 - preemption.lead_time: Slurm's signal comes this long before the time limit. Default 120.
 - preemption.grace: how long the ranks get to save after the signal, before the requeue (and

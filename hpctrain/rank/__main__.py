@@ -1,7 +1,8 @@
 """Entry point of the run directory's copy of the rank side: `python RUN_DIR/rank COMMAND ...`.
 
     run CONFIG.json                        bootstrap one rank (torchrun or srun start it)
-    preflight TIMEOUT                      the node barrier, one task per node
+    launch TIMEOUT TORCHRUN-ARGS...        one node's launch: the node barrier, then torchrun's agent
+    preflight TIMEOUT                      the node barrier alone, one task per node
     summarize RUN_DIR REASON STATUS [MSG]  write status/failure.json (the batch shell, on failure)
     probe facts|reach|gate ...             what a node says about itself (probe.py: site detect, doctor)
     container RUNTIME... -- RUN-ARGS...    one task's Podman/Docker container, signals forwarded
@@ -41,7 +42,7 @@ def _module(name: str):
     import importlib
     return importlib.import_module(f"{_PACKAGE}.{name}")
 
-USAGE = ("usage: rank run CONFIG.json | preflight TIMEOUT | summarize RUN_DIR REASON STATUS "
+USAGE = ("usage: rank run CONFIG.json | launch TIMEOUT TORCHRUN-ARGS... | preflight TIMEOUT | summarize RUN_DIR REASON STATUS "
          "[MESSAGE] | probe ... | archive RUN_DIR | recover RUN_DIR MAX_EXCLUDED | "
          "watch RUN_DIR TIMEOUT | kill-ranks RUN_DIR | container RUNTIME... -- RUN-ARGS...")
 
@@ -58,6 +59,8 @@ def main(args: list[str]) -> int:
     command, rest = (args[0], args[1:]) if args else ("", [])
     if command == "run" and len(rest) == 1:
         return bootstrap.main(rest[0])
+    if command == "launch" and len(rest) >= 2:
+        return preflight.launch(float(rest[0]), rest[1:])
     if command == "preflight" and len(rest) == 1:
         return preflight.nodes(float(rest[0]))
     if command == "container":

@@ -2,18 +2,21 @@
 
 Two levels, both bounded by launcher.preflight_timeout, both naming who did not arrive:
 
-- nodes(): before torchrun, one task per node (the batch shell's preflight step). The head's
-  task listens on the rendezvous port itself (HPCTRAIN_PORT; torchrun binds it only later), so
-  the check covers the very address, port and route torchrun will use, and a port already taken
-  on the head is reported as such instead of as a 600 s stall. Every node's task (the head's
-  too) connects to HPCTRAIN_HEAD:HPCTRAIN_PORT, retrying until the deadline, and says its name;
-  once all nodes of HPCTRAIN_NODES have arrived, the head answers each one "ok" — a barrier
-  across the nodes. A node that cannot connect says so (its name, the address, the last error);
-  when the time is up the head names the nodes that never arrived. Either way the step exits
-  non-zero and the batch shell stops the job at once, instead of torchrun waiting for its
-  join_timeout and the job hanging until the time limit.
+- nodes(): before torchrun, once per node. The head listens on the rendezvous port itself
+  (HPCTRAIN_PORT; torchrun binds it only later), so the check covers the very address, port and
+  route torchrun will use, and a port already taken on the head is reported as such instead of
+  as a 600 s stall. Every node (the head too) connects to HPCTRAIN_HEAD:HPCTRAIN_PORT, retrying
+  until the deadline, and says its name; once all nodes of HPCTRAIN_NODES have arrived, the head
+  answers each one "ok" — a barrier across the nodes. A node that cannot connect says so (its
+  name, the address, the last error); when the time is up the head names the nodes that never
+  arrived. Either way the node's part exits non-zero and the batch shell stops the job at once,
+  instead of torchrun waiting for its join_timeout and the job hanging until the time limit.
+  launch() runs it inside the launch step, in the process that becomes torchrun's agent, while
+  that process imports torch (the check is over before the import is); the tasks launcher runs
+  it as a step of its own (`rank preflight`).
 - rank_check(): in every rank's bootstrap, before the program: every rank torchrun started
-  meets every other one in a small store of rank 0's.
+  meets every other one, in torchrun's own store (the agent's) or, without one, in a small
+  store of rank 0's.
 """
 from __future__ import annotations
 
@@ -112,8 +115,35 @@ def _record(nodes: list[str], message: str) -> None:
         pass
 
 
+FAILED_PREFIX = "preflight-failed-"  # status/preflight-failed-NODE.txt: the batch shell's verdict
+
+
+def _note_failure(me: str, text: str) -> None:
+    """What this node says of a failed check, in a file of its own: in the launch step the
+    node's output goes to the job's log, not to the batch shell, which reads these files to
+    tell a failed check from failed ranks (templates/parts/launch.sh.j2)."""
+    run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
+    if not run_dir:
+        return
+    path = os.path.join(run_dir, "status", f"{FAILED_PREFIX}{me}.txt")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        os.replace(tmp, path)  # the batch shell reads it whole or not at all
+    except OSError:
+        pass
+
+
+def _fail(me: str, text: str) -> int:
+    _say(text)
+    _note_failure(me, text)
+    return 1
+
+
 def nodes(timeout: float) -> int:
-    """The node barrier (one task per node); returns the step's exit status."""
+    """The node barrier (once per node); returns this node's exit status."""
     env = os.environ
     head, port = env["HPCTRAIN_HEAD"], int(env["HPCTRAIN_PORT"])
     expected = [n for n in env.get("HPCTRAIN_NODES", "").split(",") if n]
@@ -122,31 +152,52 @@ def nodes(timeout: float) -> int:
     deadline = start + timeout
     server = None
     result: dict = {"ready": threading.Event(), "missing": None, "error": None}
-    if env.get("SLURM_NODEID") == "0":
+    # srun numbers a step's nodes; the ssh backend's steps carry their host's index.
+    if (env.get("SLURM_NODEID") or env.get("HPCTRAIN_NODE_INDEX")) == "0":
         server = threading.Thread(target=serve, args=(port, expected, deadline, result),
                                   daemon=True)
         server.start()
         result["ready"].wait()
         if result["error"]:
-            _say(f"{me}: {result['error']}")
             _record([me], result["error"])
-            return 1
+            return _fail(me, f"{me}: {result['error']}")
     problem = join(head, port, me, deadline)
     if server is not None:
         server.join(max(0.0, deadline - time.monotonic()) + 10)
         if result["missing"]:
             text = (f"{', '.join(result['missing'])} did not reach the head {head}:{port} "
                     f"within {timeout:g} s (preflight_timeout)")
-            _say(text)
             _record(list(result["missing"]), text)
-            return 1
+            return _fail(me, text)
     if problem:
-        _say(f"{me}: {problem} (within {timeout:g} s)")
-        return 1
+        return _fail(me, f"{me}: {problem} (within {timeout:g} s)")
     if server is not None:
         _say(f"all {len(expected)} nodes reached {head}:{port} in "
              f"{time.monotonic() - start:.2f} s")
         _record([], "passed")
+    return 0
+
+
+def launch(timeout: float, torchrun_args: list[str]) -> int:
+    """The launch step's part on one node: the node check, then torchrun's agent, in one
+    process. The check runs in a thread while this thread imports torch's launcher (about a
+    second of CPU); the check is the shorter of the two, so it costs the launch nothing when
+    it passes. It is over, and the head's listener on the rendezvous port closed, before the
+    agent binds that port. When it fails, no torchrun starts: the node says why and exits 1.
+    A node other than the head waits a few seconds first, so that the head, whose deadline is
+    the same, names every missing node before the step's first failure ends the others."""
+    outcome: list[int] = []
+    check = threading.Thread(target=lambda: outcome.append(nodes(timeout)), daemon=True)
+    check.start()
+    from torch.distributed import run as torchrun  # overlapped with the check
+    check.join()
+    if not outcome or outcome[0] != 0:
+        env = os.environ
+        if (env.get("SLURM_NODEID") or env.get("HPCTRAIN_NODE_INDEX")) != "0":
+            time.sleep(5)
+        return 1
+    # As `python -m torch.distributed.run ARGS` would (its errors, its exit status).
+    torchrun.main(torchrun_args)
     return 0
 
 
@@ -160,18 +211,66 @@ def rank_check(me, timeout: float) -> float:
     """The preflight's tiny collective: every rank of this attempt meets every other one.
 
     The node barrier (nodes() above) proves that the nodes reach the head; this proves
-    that every rank torchrun started is alive and reaches rank 0's node, before the program
-    spends minutes building its environments. It must not create torch's process group (the
-    program or its library does, and a second init fails), so it is a counter in a small
-    TCPStore of its own: rank 0 hosts it on HPCTRAIN_SPARE_PORT of its node (MASTER_ADDR,
-    which torchrun gives every rank), every rank adds 1 and waits until the count is WORLD_SIZE.
-    A rank that does not arrive within `timeout` (launcher.preflight_timeout) is named, with
-    its node where a rank of the same node arrived. The store is gone before the program
-    starts; a torchrun restart runs the check again with a new store. Returns the seconds spent
-    (waiting for the slowest rank included, torch's import not).
+    that every rank torchrun started is alive and reaches the store the job meets in, before
+    the program spends minutes building its environments. It must not create torch's process
+    group (the program or its library does, and a second init fails), so it is a counter in a
+    store: every rank adds 1 and waits until the count is WORLD_SIZE. A rank that does not
+    arrive within `timeout` (launcher.preflight_timeout) is named, with its node where a rank
+    of the same node arrived. Returns the seconds spent (waiting for the slowest rank
+    included, torch's import not).
+
+    The store is torchrun's own where its agent shares it with the ranks
+    (TORCHELASTIC_USE_AGENT_STORE: MASTER_ADDR:MASTER_PORT, served by the first node's agent),
+    the one every rank's init_process_group connects to a moment later: nothing to start, and
+    the very connection the program needs next is proven. Keys live under hpctrain/rank-check/RESTART/, so a
+    torchrun restart meets afresh. Otherwise rank 0 hosts a small TCPStore on
+    HPCTRAIN_SPARE_PORT of its node for the check alone (_meet_in_own_store).
     """
-    import datetime as _dt
     # Only torchrun jobs get here, whose program imports torch anyway: the import is not extra.
+    env = os.environ
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and env.get("MASTER_PORT"):
+        return _meet_in_agent_store(me, timeout)
+    return _meet_in_own_store(me, timeout)
+
+
+def _meet_in_agent_store(me, timeout: float) -> float:
+    import datetime as _dt
+    from torch.distributed import TCPStore
+
+    start = time.monotonic()
+    env, rank, world = os.environ, me.rank, me.world_size
+    host, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    prefix = f"hpctrain/rank-check/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+    deadline = start + timeout
+    try:
+        store = TCPStore(host, port, is_master=False, timeout=_dt.timedelta(
+            seconds=max(1.0, timeout)), wait_for_workers=False)
+    except Exception as exc:  # noqa: BLE001 (the store raises several kinds)
+        raise RankCheckError(f"rank {rank} on {me.node} cannot reach torchrun's store "
+                             f"{host}:{port} within {timeout:g} s: {exc}") from None
+    try:
+        store.set(f"{prefix}rank/{rank}", me.node)
+        if store.add(f"{prefix}arrived", 1) == world:
+            store.set(f"{prefix}all", "1")  # the last to arrive lets everyone go at once
+        try:
+            store.wait([f"{prefix}all"], _dt.timedelta(seconds=max(0.001, deadline - time.monotonic())))
+        except Exception:  # noqa: BLE001 (a timeout, or the store lost: told apart below)
+            if not store.check([f"{prefix}all"]):
+                raise RankCheckError(_missing_ranks(store, me, timeout, prefix)) from None
+    except RankCheckError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (the store lost: the agent on the head died)
+        raise RankCheckError(f"rank {rank} on {me.node} lost torchrun's store {host}:{port} "
+                             f"during the rank check: {exc}") from None
+    finally:
+        del store
+    return time.monotonic() - start
+
+
+def _meet_in_own_store(me, timeout: float) -> float:
+    """Rank 0 hosts the check's store on HPCTRAIN_SPARE_PORT; it leaves last, once every rank
+    has seen the full count. The store is gone before the program starts."""
+    import datetime as _dt
     from torch.distributed import TCPStore
 
     start = time.monotonic()
@@ -219,10 +318,10 @@ def rank_check(me, timeout: float) -> float:
     return time.monotonic() - start
 
 
-def _missing_ranks(store, me, timeout: float) -> str:
+def _missing_ranks(store, me, timeout: float, prefix: str = "") -> str:
     world, lws = me.world_size, max(1, me.local_world_size)
-    present = {r: store.get(f"rank/{r}").decode() for r in range(world)
-               if store.check([f"rank/{r}"])}
+    present = {r: store.get(f"{prefix}rank/{r}").decode() for r in range(world)
+               if store.check([f"{prefix}rank/{r}"])}
 
     def where(r: int) -> str:  # torchrun numbers one node's ranks contiguously
         peers = [present[p] for p in range(r - r % lws, r - r % lws + lws) if p in present]

@@ -264,7 +264,7 @@ CONTAINER=(bash -c 'for v in NCCL_SOCKET_IFNAME WANDB_PROJECT ACCEPT_EULA TORCH_
 # shellcheck disable=SC2016
 AGENT=(bash -c 'trap "" USR2; exec "$@"' hpctrain-agent)
 LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=4 --gpus-per-node=4 --kill-on-bad-exit=1
-  "${CONTAINER[@]}" "${AGENT[@]}" python -m torch.distributed.run --nnodes="$NNODES" --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$HPCTRAIN_JOB_ID" --rdzv-conf="join_timeout=600,last_call_timeout=30,close_timeout=60" --max-restarts=0
+  "${CONTAINER[@]}" "${AGENT[@]}" python "$RUN_DIR/rank" launch 60 --nnodes="$NNODES" --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$HPCTRAIN_JOB_ID" --rdzv-conf="join_timeout=600,last_call_timeout=30,close_timeout=60" --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
 # --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
@@ -274,17 +274,9 @@ LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per
 [[ -z "$SIGNALLED" ]] || after_signal "$(job_view)"
 export HPCTRAIN_NODES
 HPCTRAIN_NODES=$(echo "$NODELIST" | paste -sd, -)
-log "preflight: $NNODES nodes must reach $HEAD:$PORT within 60 s"
-PREFLIGHT_STATUS=0
-PREFLIGHT_OUT=$(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=1 \
-  python3 "$RUN_DIR/rank" preflight 60 2>&1) || PREFLIGHT_STATUS=$?
-[[ -z "$PREFLIGHT_OUT" ]] || log "$PREFLIGHT_OUT"
-if (( PREFLIGHT_STATUS != 0 )); then
-  PROBLEM=$(grep 'hpctrain preflight:' <<<"$PREFLIGHT_OUT" | sed 's/^.*hpctrain preflight: //' | paste -sd';' -) || true
-  record_failure preflight "$PREFLIGHT_STATUS" "preflight failed: ${PROBLEM:-$PREFLIGHT_OUT}"
-  requeue_after_failure
-  die "preflight failed (status $PREFLIGHT_STATUS): ${PROBLEM:-see above}"
-fi
+# In the launch step itself, before torchrun on each node: launch.sh.j2 reads the verdict.
+rm -f "$RUN_DIR/status/preflight.json" "$RUN_DIR"/status/preflight-failed-*.txt
+log "preflight: $NNODES nodes must reach $HEAD:$PORT within 60 s (in the launch step)"
 [[ -z "$SIGNALLED" ]] || after_signal "$(job_view)"
 rm -f "$RUN_DIR"/status/stop-*.json  # an earlier attempt's
 log "launch: ${LAUNCH[*]}"
@@ -315,6 +307,12 @@ elif (( STATUS != 0 )) || ranks_signalled; then
   # A preemption signals the ranks only: they stopped (or died) on their own.
   VIEW=$(job_view)
   [[ "$VIEW" == running ]] || after_signal "$VIEW"
+fi
+# A node check that failed ended the launch before torchrun: each failing node wrote why.
+if (( STATUS != 0 )) && PROBLEM=$(cat "$RUN_DIR"/status/preflight-failed-*.txt 2>/dev/null | paste -sd';' -) && [[ -n $PROBLEM ]]; then
+  record_failure preflight "$STATUS" "preflight failed: $PROBLEM"
+  requeue_after_failure
+  die "preflight failed (status $STATUS): $PROBLEM"
 fi
 if (( STATUS != 0 )); then
   record_failure ranks "$STATUS"

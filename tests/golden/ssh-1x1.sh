@@ -405,7 +405,8 @@ failure_cause() {
 on_exit() {
   local status=$? i cause
   echo "$status" >"$RUN_DIR/status/exit_code"
-  if (( status != 0 && ${STATUS:-0} != 0 )); then
+  # (A failed node check named its cause already: no rank ran.)
+  if (( status != 0 && ${STATUS:-0} != 0 )) && ! compgen -G "$RUN_DIR/status/preflight-failed-*.txt" >/dev/null; then
     cause=$(failure_cause) || cause=
     if [[ -n $cause ]]; then
       record_failure ranks "$STATUS" "$cause"

@@ -165,7 +165,9 @@ def test_preflight_names_a_host_that_cannot_reach_the_head(cli, lab):
     _, run_dir = submitted(proc.stdout)
     log = job_log(run_dir)
     assert proc.returncode != 0, log
-    assert "launch: " not in log  # torchrun never started
+    # The check runs in the launch step, before torchrun: no torchrun started, so no rank did.
+    assert "preflight: 2 nodes must reach" in log and "(in the launch step)" in log, log
+    assert not list(run_dir.glob("logs/rank-*.log")), sorted(run_dir.glob("logs/*"))
     assert re.search(r"hpctrain: error: preflight failed \(status \d+\): .*node2", log), log
     assert "within 10 s (preflight_timeout)" in log
     failure = json.loads((run_dir / "status" / "failure.json").read_text())

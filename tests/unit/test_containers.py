@@ -252,7 +252,9 @@ def test_isaaclab_launch_matches_the_cluster_guide(site, library):
     # 5. The launcher of the multi-GPU docs, its node layout filled from Slurm (c10d rendezvous on
     # the first node instead of a fixed master, node rank left to the rendezvous).
     if library != "skrl_jax":
-        torchrun = ["-m", "torch.distributed.run", "--nnodes=$NNODES", "--nproc-per-node=4",
+        # torch.distributed.run's main, started by hpctrain's launch after its node check
+        # (rank/preflight.launch): the arguments are torchrun's own.
+        torchrun = ["$RUN_DIR/rank", "launch", "60", "--nnodes=$NNODES", "--nproc-per-node=4",
                     "--rdzv-backend=c10d", "--rdzv-endpoint=$HEAD:$PORT", "--rdzv-id=$HPCTRAIN_JOB_ID"]
         assert words[:len(torchrun)] == torchrun
         words = words[len(torchrun):]

@@ -81,10 +81,18 @@ def test_torch_launch_is_isaaclabs_documented_command(lib, nodes, doc, home):
     job = isaac_job(lib, nodes)
     argv = launch_argv(render(job))
     rank_side(argv)
-    opts, _ = split_launcher(argv, "torch.distributed.run")
+    if nodes > 1:
+        # Several nodes: torchrun's main runs inside hpctrain's launch, after the node check
+        # (rank/preflight.launch), with torchrun's own arguments.
+        start = argv.index("$RUN_DIR/rank")
+        assert argv[start:start + 3] == ["$RUN_DIR/rank", "launch", "60"]
+        opts, _ = split_launcher(argv[start + 2:], "60")
+    else:
+        start = argv.index("-m")
+        opts, _ = split_launcher(argv, "torch.distributed.run")
     doc_opts, doc_prog = doc_parts(doc.format(lib=lib), "torch.distributed.run")
     assert program_of(job) == doc_prog  # argument by argument
-    assert argv[argv.index("-m") - 2:argv.index("-m")] == [f"{ISAACLAB}/isaaclab.sh", "-p"]
+    assert argv[start - 2:start] == [f"{ISAACLAB}/isaaclab.sh", "-p"]
     for key in set(opts) | set(doc_opts):
         if key in SLURM_FILLED:
             continue
