@@ -18,9 +18,7 @@ be shadowed by them, and the folder leaves sys.path before the program runs.
 import os
 import sys
 
-if __package__:  # python -m hpctrain.rank: the installed package
-    from . import bootstrap, container, preflight, probe
-else:
+if not __package__:  # python RUN_DIR/rank: the run directory's copy
     import importlib.util
 
     _here = os.path.dirname(os.path.abspath(__file__))
@@ -31,16 +29,16 @@ else:
     _package = importlib.util.module_from_spec(_spec)
     sys.modules["_hpctrain_rank"] = _package
     _spec.loader.exec_module(_package)
-    from _hpctrain_rank import bootstrap, container, preflight, probe  # noqa: E402
 
-_PACKAGE = bootstrap.__name__.rpartition(".")[0]
+_PACKAGE = __package__ or "_hpctrain_rank"
 
 
 def _module(name: str):
-    """A module of the rank side imported only by the command that needs it (a rank's start
-    imports none of them)."""
+    """The one module of the rank side a command needs: a rank's start imports the bootstrap
+    alone (container, probe and the rest cost it milliseconds on every rank)."""
     import importlib
     return importlib.import_module(f"{_PACKAGE}.{name}")
+
 
 USAGE = ("usage: rank run CONFIG.json | launch TIMEOUT TORCHRUN-ARGS... | preflight TIMEOUT | summarize RUN_DIR REASON STATUS "
          "[MESSAGE] | probe ... | archive RUN_DIR | recover RUN_DIR MAX_EXCLUDED | "
@@ -58,17 +56,17 @@ def recover(run_dir: str, max_excluded: int) -> int:
 def main(args: list[str]) -> int:
     command, rest = (args[0], args[1:]) if args else ("", [])
     if command == "run" and len(rest) == 1:
-        return bootstrap.main(rest[0])
+        return _module("bootstrap").main(rest[0])
     if command == "launch" and len(rest) >= 2:
-        return preflight.launch(float(rest[0]), rest[1:])
+        return _module("preflight").launch(float(rest[0]), rest[1:])
     if command == "preflight" and len(rest) == 1:
-        return preflight.nodes(float(rest[0]))
+        return _module("preflight").nodes(float(rest[0]))
     if command == "container":
-        return container.main(rest)
+        return _module("container").main(rest)
     if command == "summarize" and len(rest) >= 3 and rest[2].lstrip("-").isdigit():
-        return bootstrap.summarize(rest[0], rest[1], int(rest[2]), " ".join(rest[3:]))
+        return _module("bootstrap").summarize(rest[0], rest[1], int(rest[2]), " ".join(rest[3:]))
     if command == "probe":
-        return probe.main(rest)
+        return _module("probe").main(rest)
     if command == "archive" and len(rest) == 1:
         _module("records").archive_job_failure(rest[0])
         return 0
