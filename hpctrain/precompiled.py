@@ -15,10 +15,11 @@ means Jinja renders, as it always did. One entry per template folder, replaced w
 """
 from __future__ import annotations
 
-import hashlib
 import marshal
 import os
 import sys
+
+from .sha import sha256
 
 FORMAT = b"hpctrain-precompiled-1"
 _IMPORT = ("from jinja2.runtime import LoopContext, Macro, Markup, Namespace, TemplateNotFound, "
@@ -51,7 +52,7 @@ def _jinja_id() -> bytes:
 
 
 def digest(sources: dict[str, bytes], options: str) -> str:
-    h = hashlib.sha256(FORMAT + b"\0" + sys.version.encode() + b"\0" + _jinja_id() + b"\0"
+    h = sha256(FORMAT + b"\0" + sys.version.encode() + b"\0" + _jinja_id() + b"\0"
                        + options.encode() + b"\0")
     for name, raw in sorted(sources.items()):
         h.update(f"{name}\0{len(raw)}\0".encode() + raw)
@@ -63,7 +64,7 @@ def _entry(folder: str) -> str | None:
     cache = user_cache("templates")
     if cache is None:
         return None
-    key = hashlib.sha256(f"{os.path.abspath(folder)}\0{sys.implementation.cache_tag}".encode(
+    key = sha256(f"{os.path.abspath(folder)}\0{sys.implementation.cache_tag}".encode(
         "utf-8", "surrogateescape")).hexdigest()[:32]
     return os.path.join(cache, f"{key}.marshal")
 
