@@ -239,6 +239,37 @@ def cmd_tensorboard(args) -> int:
         return 0
 
 
+def _columns() -> int:
+    """shutil.get_terminal_size().columns, without importing shutil (and the bz2, lzma and zlib
+    it imports): argparse asks for it on every add_argument, for a help text rarely printed."""
+    import os
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    def __init__(self, prog, indent_increment=2, max_help_position=24, width=None, **kwargs):
+        if width is None:  # as argparse sets it
+            width = _columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width, **kwargs)
+
+
+class _Parser(argparse.ArgumentParser):
+    """ArgumentParser with _Formatter; add_subparsers makes every subparser one too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+
 class _Unused:
     """Stands in for the subparser of a command that is not being run: takes every call."""
 
@@ -267,7 +298,7 @@ class _OnlyCommand:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with `command`, one that knows only that subcommand (None when it is not one)."""
     from . import __version__
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hpctrain", description="Multi-GPU, multi-node RL training on Slurm from one job.yaml.")
     parser.add_argument("--version", action="version", version=f"hpctrain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

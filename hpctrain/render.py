@@ -6,13 +6,17 @@ each scheduler's roots (job.sh.j2, array.sh.j2), which include the parts and add
 scheduler does. StrictUndefined: a typo in a
 template is an error, never an empty string. Every value that reaches the shell goes through the
 `q` filter (shlex.quote) — the one place quoting happens — or is a number or a name the schema
-held to a strict pattern. Compiled templates are cached on disk (Jinja's bytecode cache).
+held to a strict pattern.
+
+A render first tries the templates precompiled to Python (precompiled.py), which needs no Jinja
+import; Jinja itself renders when there are none yet (and then compiles them for the next
+render), and whenever the small runtime they run on raises, so the script is Jinja's either way.
+Jinja's own compiled templates are cached on disk too (its bytecode cache).
 """
 from __future__ import annotations
 
 import re
 import shlex
-import jinja2
 
 from .datafiles import data_dir, user_cache
 
@@ -75,36 +79,81 @@ def _comment(value) -> str:
     return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
-def _cache() -> jinja2.BytecodeCache | None:
+FILTERS = {"q": _q, "qjoin": _qjoin, "qcmd": _qcmd, "comment": _comment, "cwords": _cwords}
+# What changes the Python Jinja compiles a template to (precompiled.py keys its entries on it).
+# StrictUndefined and the filters are looked up when a template runs, not compiled in.
+OPTIONS = dict(keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
+
+
+def _cache():
+    import jinja2
     path = user_cache("jinja")
     return jinja2.FileSystemBytecodeCache(path) if path else None
 
 
-_env: jinja2.Environment | None = None
+_env = None
 
 
-def environment() -> jinja2.Environment:
+def environment():
+    """Jinja's environment for the templates (imports Jinja: the precompiled path does not)."""
     global _env
     if _env is None:
+        import jinja2
         _env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(TEMPLATES)),
             undefined=jinja2.StrictUndefined,
-            keep_trailing_newline=True,
-            trim_blocks=True,
-            lstrip_blocks=True,
-            autoescape=False,
             bytecode_cache=_cache(),
             # The templates do not change under a running hpctrain: without this, Jinja stats
             # every template file on every get_template, a dozen per render (the includes),
             # 1,000 renders in a sweep of 1,000.
             auto_reload=False,
+            **OPTIONS,
         )
-        _env.filters["q"] = _q
-        _env.filters["qjoin"] = _qjoin
-        _env.filters["qcmd"] = _qcmd
-        _env.filters["comment"] = _comment
-        _env.filters["cwords"] = _cwords
+        _env.filters.update(FILTERS)
     return _env
+
+
+_store = None
+_fast = None
+
+
+def _precompiled():
+    """The precompiled templates' store and runtime environment (None: none kept yet)."""
+    global _store, _fast
+    if _store is None:
+        from .precompiled import Store
+        _store = Store(TEMPLATES, repr(sorted(OPTIONS.items())))
+        if _store.code is not None:
+            from .template_runtime import Environment
+            _fast = Environment(_store.code, FILTERS)
+    return _store, _fast
+
+
+def render_template(name: str, **values) -> str:
+    """One template rendered with `values`: precompiled when kept, by Jinja otherwise."""
+    store, fast = _precompiled()
+    if fast is not None:
+        try:
+            return fast.get_template(name).render(**values)
+        except Exception:  # noqa: BLE001 - what the small runtime does not do: Jinja renders
+            pass
+    global _fast
+    text = environment().get_template(name).render(**values)
+    if fast is None:
+        store.build(environment(), lambda code: _same(code, name, values, text))
+        if store.code is not None:  # the rest of this process (a sweep's tasks) uses it too
+            from .template_runtime import Environment
+            _fast = Environment(store.code, FILTERS)
+    return text
+
+
+def _same(code: dict, name: str, values: dict, text: str) -> bool:
+    """Whether the runtime renders, from `code`, exactly what Jinja rendered."""
+    from .template_runtime import Environment
+    try:
+        return Environment(code, FILTERS).get_template(name).render(**values) == text
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def render_plan(plan, header: list[str], root: str = "job.sh.j2") -> str:
@@ -112,9 +161,9 @@ def render_plan(plan, header: list[str], root: str = "job.sh.j2") -> str:
     backend's template folder: same plan, same bytes. The header (the directive table in the
     scheduler's syntax) comes from the caller's backend: render stays below the backends, one of
     which renders parts of a script itself (submitit)."""
-    return environment().get_template(f"{plan.backend}/{root}").render(plan=plan, header=header)
+    return render_template(f"{plan.backend}/{root}", plan=plan, header=header)
 
 
 def render_part(plan, part: str, **values) -> str:
     """One template alone (submitit's batch prelude runs some of a job script's parts)."""
-    return environment().get_template(part).render(plan=plan, **values)
+    return render_template(part, plan=plan, **values)

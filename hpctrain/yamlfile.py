@@ -10,11 +10,11 @@ document is built, so a hostile file costs no more than reading it.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 from .errors import HpctrainError
+from .sha import sha256
 
 KeyPath = tuple  # ("resources", "nodes") or ("args", 0)
 MAX_BYTES = 1 << 20  # a job file or site profile; the largest real ones are a few KiB
@@ -194,9 +194,9 @@ class _parsed:
     def __init__(self, source: str, raw: bytes):
         from .datafiles import user_cache
         folder = user_cache("yaml")
-        key = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        key = sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:32]
         self.path = os.path.join(folder, f"{key}.msgpack") if folder else None
-        self.digest = hashlib.sha256(_parser_id() + b"\0" + raw).hexdigest()
+        self.digest = sha256(_parser_id() + b"\0" + raw).hexdigest()
 
     def get(self) -> tuple[dict, dict] | None:
         import msgspec

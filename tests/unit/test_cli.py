@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 
 def test_validate_summarises_the_launch_and_warns_once(cli, tmp_path):
     job = tmp_path / "job.yaml"
@@ -67,3 +69,28 @@ def test_submit_resume_errors_exit_2(cli, tmp_path):
         proc = cli(*args, check=False)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert text in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def _parsers(parser):
+    """A parser and every subparser below it."""
+    import argparse
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+@pytest.mark.parametrize("columns", ["50", "120", "", "junk", "0"])
+def test_help_as_wide_as_argparse_makes_it(monkeypatch, columns):
+    """cli._Formatter finds the width without shutil: the same help text as argparse's own."""
+    import argparse
+    from hpctrain import cli
+    monkeypatch.setenv("COLUMNS", columns)
+    for command in (None, "submit", "site"):
+        ours, theirs = list(_parsers(cli.build_parser(command))), list(_parsers(cli.build_parser(command)))
+        assert len(ours) > 1
+        for a, b in zip(ours, theirs):
+            assert a.formatter_class is cli._Formatter
+            b.formatter_class = argparse.HelpFormatter
+            assert a.format_help() == b.format_help()

@@ -60,3 +60,14 @@ def test_values_msgpack_would_change_are_not_kept(tmp_path, monkeypatch):
                                  "-3", "3.0", "1e3", " 5", "5 ", "99999999999999999999", "yes"])
 def test_set_fast_path_reads_as_yaml(raw):
     assert parse_override(f"resources.nodes={raw}") == (("resources", "nodes"), yaml.safe_load(raw))
+
+
+def test_cache_keys_are_sha256():
+    """hpctrain.sha is CPython's own SHA-256 (no OpenSSL import): the digests hashlib gives."""
+    import hashlib
+    from hpctrain.sha import sha256
+    for data in (b"", b"abc", bytes(range(256)) * 300):
+        assert sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+        h = sha256(data[:7])
+        h.update(data[7:])
+        assert h.hexdigest() == hashlib.sha256(data).hexdigest()
