@@ -64,5 +64,7 @@ def test_dry_run_submits_nothing(cli, cluster, tmp_path):
     proc = cli("submit", "examples/ddp_check.yaml", "--site", cluster, "--dry-run")
     assert proc.stdout.startswith("# would run: sbatch --parsable ")
     assert "#SBATCH --nodes=2" in proc.stdout
-    assert "torch.distributed.run" in proc.stdout
+    # Two nodes: torchrun starts through hpctrain's launch, after the node check.
+    assert '"$RUN_DIR/rank" launch 60 --nnodes="$NNODES"' in proc.stdout
+    assert "--rdzv-backend=c10d" in proc.stdout
     assert not (tmp_path / "runs").exists()
