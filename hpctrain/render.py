@@ -119,14 +119,20 @@ _fast = None
 
 def _precompiled():
     """The precompiled templates' store and runtime environment (None: none kept yet)."""
-    global _store, _fast
+    global _store
     if _store is None:
         from .precompiled import Store
         _store = Store(TEMPLATES, repr(sorted(OPTIONS.items())))
-        if _store.code is not None:
-            from .template_runtime import Environment
-            _fast = Environment(_store.code, FILTERS)
+        _adopt(_store)
     return _store, _fast
+
+
+def _adopt(store) -> None:
+    """Render from the store's code from now on, when it holds some (a sweep's later tasks too)."""
+    global _fast
+    if store.code is not None:
+        from .template_runtime import Environment
+        _fast = Environment(store.code, FILTERS)
 
 
 def render_template(name: str, **values) -> str:
@@ -137,13 +143,10 @@ def render_template(name: str, **values) -> str:
             return fast.get_template(name).render(**values)
         except Exception:  # noqa: BLE001 - what the small runtime does not do: Jinja renders
             pass
-    global _fast
     text = environment().get_template(name).render(**values)
     if fast is None:
         store.build(environment(), lambda code: _same(code, name, values, text))
-        if store.code is not None:  # the rest of this process (a sweep's tasks) uses it too
-            from .template_runtime import Environment
-            _fast = Environment(store.code, FILTERS)
+        _adopt(store)
     return text
 
 

@@ -142,6 +142,13 @@ def _fail(me: str, text: str) -> int:
     return 1
 
 
+def _is_head() -> bool:
+    """srun numbers a step's nodes (SLURM_NODEID); the ssh backend's steps carry their host's
+    index (HPCTRAIN_NODE_INDEX). Node 0 is the head."""
+    env = os.environ
+    return (env.get("SLURM_NODEID") or env.get("HPCTRAIN_NODE_INDEX")) == "0"
+
+
 def nodes(timeout: float) -> int:
     """The node barrier (once per node); returns this node's exit status."""
     env = os.environ
@@ -152,8 +159,7 @@ def nodes(timeout: float) -> int:
     deadline = start + timeout
     server = None
     result: dict = {"ready": threading.Event(), "missing": None, "error": None}
-    # srun numbers a step's nodes; the ssh backend's steps carry their host's index.
-    if (env.get("SLURM_NODEID") or env.get("HPCTRAIN_NODE_INDEX")) == "0":
+    if _is_head():
         server = threading.Thread(target=serve, args=(port, expected, deadline, result),
                                   daemon=True)
         server.start()
@@ -192,8 +198,7 @@ def launch(timeout: float, torchrun_args: list[str]) -> int:
     from torch.distributed import run as torchrun  # overlapped with the check
     check.join()
     if not outcome or outcome[0] != 0:
-        env = os.environ
-        if (env.get("SLURM_NODEID") or env.get("HPCTRAIN_NODE_INDEX")) != "0":
+        if not _is_head():
             time.sleep(5)
         return 1
     # As `python -m torch.distributed.run ARGS` would (its errors, its exit status).
@@ -222,9 +227,9 @@ def rank_check(me, timeout: float) -> float:
     The store is torchrun's own where its agent shares it with the ranks
     (TORCHELASTIC_USE_AGENT_STORE: MASTER_ADDR:MASTER_PORT, served by the first node's agent),
     the one every rank's init_process_group connects to a moment later: nothing to start, and
-    the very connection the program needs next is proven. Keys live under hpctrain/rank-check/RESTART/, so a
-    torchrun restart meets afresh. Otherwise rank 0 hosts a small TCPStore on
-    HPCTRAIN_SPARE_PORT of its node for the check alone (_meet_in_own_store).
+    the very connection the program needs next is proven. Keys live under
+    hpctrain/rank-check/RESTART/, so a torchrun restart meets afresh. Otherwise rank 0 hosts a
+    small TCPStore on HPCTRAIN_SPARE_PORT of its node for the check alone (_meet_in_own_store).
     """
     # Only torchrun jobs get here, whose program imports torch anyway: the import is not extra.
     env = os.environ
@@ -253,7 +258,8 @@ def _meet_in_agent_store(me, timeout: float) -> float:
         if store.add(f"{prefix}arrived", 1) == world:
             store.set(f"{prefix}all", "1")  # the last to arrive lets everyone go at once
         try:
-            store.wait([f"{prefix}all"], _dt.timedelta(seconds=max(0.001, deadline - time.monotonic())))
+            left = _dt.timedelta(seconds=max(0.001, deadline - time.monotonic()))
+            store.wait([f"{prefix}all"], left)
         except Exception:  # noqa: BLE001 (a timeout, or the store lost: told apart below)
             if not store.check([f"{prefix}all"]):
                 raise RankCheckError(_missing_ranks(store, me, timeout, prefix)) from None
