@@ -10,7 +10,7 @@ import time
 
 impl, path, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if impl == "hpctrain":
-    from hpctrain.hostlist import expand
+    from hpctrain.backends.ssh.hostlist import expand
 elif impl == "submitit":
     from submitit.slurm.slurm import _parse_node_list as expand
 elif impl == "python-hostlist":

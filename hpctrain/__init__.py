@@ -17,10 +17,10 @@ and the CLI stay cheap: nothing heavy (submitit, torch) is imported until a func
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "load_job": "loading", "render": "submission", "submit": "submission",
-    "submit_function": "submission", "Handle": "handle",
+    "load_job": "job.load", "render": "submission", "submit": "submission",
+    "submit_function": "submission", "Handle": "follow.handle",
     # The exceptions the five raise:
-    "HpctrainError": "errors", "JobFailed": "handle",
+    "HpctrainError": "errors", "JobFailed": "follow.handle",
 }
 
 

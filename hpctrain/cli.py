@@ -22,7 +22,7 @@ def _job_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
 
 
 def _load(args, show_warnings: bool = True):
-    from .loading import load_job
+    from .job.load import load_job
     job = load_job(args.job, site=args.site, overrides=args.overrides, after=args.after)
     if show_warnings:
         for w in job.warnings:
@@ -38,7 +38,7 @@ def cmd_render(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from .checks import check_secrets
+    from .job.checks import check_secrets
     from .submission import prepare
     job = _load(args, show_warnings=False)  # shown in the summary below, once each
     check_secrets(job)
@@ -79,7 +79,7 @@ def cmd_validate(args) -> int:
 
 def cmd_submit(args) -> int:
     import shlex
-    from .checks import check_secrets
+    from .job.checks import check_secrets
     from .submission import prepare, resume, submit_prepared
     if args.resume is not None:
         if args.job is not None or args.overrides or args.site or args.dry_run:
@@ -101,7 +101,7 @@ def cmd_submit(args) -> int:
     if args.dry_run:
         print(f"# would run: {shlex.join(prep.submit_command)}")
         print(f"# run directory: {prep.run_dir}"
-              + (f" (on {prep.job.site.login}; mirrored here in {prep.mirror})" if prep.mirror else ""))
+              + (f" (on {prep.transport.login}; mirrored here in {prep.mirror})" if prep.mirror else ""))
         if prep.tasks:
             print(f"# sweep: {len(prep.tasks)} tasks, {prep.parallel} at a time, each in tasks/<i>/")
             for task in prep.job.tasks:
@@ -113,7 +113,7 @@ def cmd_submit(args) -> int:
     print(f"submitted {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"
           + (f"  ({rec.array_size} tasks)" if rec.array_size else ""))
     print(f"run directory: {run.path}")
-    from .display import remote_lines
+    from .follow.display import remote_lines
     for line in remote_lines(rec):
         print(line)
     sys.stdout.flush()
@@ -124,8 +124,8 @@ def _wait(args, run) -> int:
     if not args.wait:
         return 0
     import shutil
-    from .display import WaitPrinter
-    from .status import exit_status, wait
+    from .follow.display import WaitPrinter
+    from .follow.status import exit_status, wait
     printer = WaitPrinter(sys.stdout.isatty(), _write, ranks=args.ranks,
                           columns=shutil.get_terminal_size().columns)
     st = wait(run, on_tick=printer)
@@ -138,8 +138,8 @@ def _wait(args, run) -> int:
 def cmd_site_detect(args) -> int:
     import shlex
     from pathlib import Path
-    from .backends.slurm_detect import detect
-    from .sites import _load, search_dirs
+    from .backends.slurm.detect import detect
+    from .job.sites import _load, search_dirs
     import os
     import re
     from .errors import HpctrainError
@@ -178,8 +178,8 @@ def _write(text: str) -> None:
 
 def cmd_status(args) -> int:
     import json
-    from .display import format_status
-    from .operate import status
+    from .follow.display import format_status
+    from .follow.operate import status
     if args.run:
         st = status(args.run)
         print(json.dumps(st.to_json(), indent=2) if args.json else format_status(st, ranks=args.ranks))
@@ -189,8 +189,8 @@ def cmd_status(args) -> int:
 
 def cmd_list(args) -> int:
     import json
-    from .display import format_table
-    from .status import recent
+    from .follow.display import format_table
+    from .follow.status import recent
     rows = recent(limit=args.limit)
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=2))
@@ -202,32 +202,32 @@ def cmd_list(args) -> int:
 
 
 def cmd_logs(args) -> int:
-    from .operate import logs
+    from .follow.operate import logs
     logs(args.run, follow_output=args.follow, rank=args.rank, node=args.node, task=args.task)
     return 0
 
 
 def cmd_cancel(args) -> int:
-    from .display import describe
-    from .operate import cancel
+    from .follow.display import describe
+    from .follow.operate import cancel
     st = cancel(args.run)
     print(f"{st.run_id}  job {st.job}: {describe(st.state)}")
     return 0
 
 
 def cmd_plot(args) -> int:
-    from .operate import resolve
-    from .plot import plot
-    from .display import plot_summary
+    from .follow.operate import resolve
+    from .follow.plot import plot
+    from .follow.display import plot_summary
     print(plot_summary(plot(resolve(args.run), args.metric, args.out)))
     return 0
 
 
 def cmd_tensorboard(args) -> int:
     import time
-    from .board import start
-    from .display import board_text
-    from .operate import resolve
+    from .follow.board import start
+    from .follow.display import board_text
+    from .follow.operate import resolve
     run = resolve(args.run)
     board, _server = start(run, args.port)
     print(board_text(board, run.id), flush=True)
@@ -239,71 +239,12 @@ def cmd_tensorboard(args) -> int:
         return 0
 
 
-def _columns() -> int:
-    """shutil.get_terminal_size().columns, without importing shutil (and the bz2, lzma and zlib
-    it imports): argparse asks for it on every add_argument, for a help text rarely printed."""
-    import os
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns or 80
-
-
-class _Formatter(argparse.HelpFormatter):
-    def __init__(self, prog, indent_increment=2, max_help_position=24, width=None, **kwargs):
-        if width is None:  # as argparse sets it
-            width = _columns() - 2
-        super().__init__(prog, indent_increment, max_help_position, width, **kwargs)
-
-
-class _Parser(argparse.ArgumentParser):
-    """ArgumentParser with _Formatter; add_subparsers makes every subparser one too."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", _Formatter)
-        super().__init__(*args, **kwargs)
-
-
-class _Unused:
-    """Stands in for the subparser of a command that is not being run: takes every call."""
-
-    def __getattr__(self, name):
-        return self
-
-    def __call__(self, *args, **kwargs):
-        return self
-
-
-class _OnlyCommand:
-    """Adds only the subparser of the command being run. Each ArgumentParser costs argparse a few
-    gettext lookups (it translates its own headings) that stat the locale directories: for every
-    subcommand that was most of what parsing cost, on the path `hpctrain render` is timed on."""
-
-    def __init__(self, subparsers, command: str):
-        self.subparsers, self.command, self.found = subparsers, command, False
-
-    def add_parser(self, name: str, **kwargs):
-        if name != self.command:
-            return _Unused()
-        self.found = True
-        return self.subparsers.add_parser(name, **kwargs)
-
-
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser; with `command`, one that knows only that subcommand (None when it is not one)."""
+def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    parser = _Parser(
+    parser = argparse.ArgumentParser(
         prog="hpctrain", description="Multi-GPU, multi-node RL training on Slurm from one job.yaml.")
     parser.add_argument("--version", action="version", version=f"hpctrain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    if command is not None:
-        sub = _OnlyCommand(sub, command)
 
     p = sub.add_parser("render", help="print the job script that would be submitted")
     _job_args(p)
@@ -392,18 +333,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("cancel", help="cancel a run (every task of a sweep)")
     p.add_argument("run", help="run id, run directory or Slurm job id")
     p.set_defaults(func=cmd_cancel)
-    if command is not None and not sub.found:
-        return None
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # A plain command builds only its own subparser; --help, --version, no command or a typo get
-    # the whole parser, so that help and "invalid choice" stay complete.
-    first = argv[0] if argv and not argv[0].startswith("-") else None
-    parser = (build_parser(first) if first else None) or build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except HpctrainError as exc:

@@ -8,7 +8,6 @@ them beside the package.
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 
@@ -18,15 +17,3 @@ def data_dir(name: str) -> Path:
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
     return Path(__file__).resolve().parent.parent / name
-
-
-def user_cache(name: str) -> str | None:
-    """~/.cache/hpctrain/NAME ($XDG_CACHE_HOME), made if missing; None where it cannot be
-    written (a read-only home: everything still works, only slower)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(base, "hpctrain", name)
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError:
-        return None
-    return path if os.access(path, os.W_OK) else None

@@ -22,9 +22,9 @@ import msgspec
 
 from .backends import backend
 from .errors import HpctrainError
-from .loading import Job, load_job
+from .job.load import Job, load_job
 from .rank import probe
-from .runs import Run
+from .runs.records import Run
 
 CHECK_PROGRAM = Path(__file__).parent / "rank" / "check.py"
 NODES = 2
@@ -71,7 +71,7 @@ def check_job(job: str | None, site: str | None, overrides=()) -> Job:
         raise HpctrainError(f"doctor checks two nodes; the site '{base.site.name}' runs its jobs "
                             f"on one ({base.site.scheduler})",
                             fix="name a Slurm site: hpctrain doctor JOB --site SITE")
-    from .plan import make_plan
+    from .job.plan import make_plan
     plan = make_plan(base, "RUN_DIR")
     head = {"nodename": f'"{runner.first_node}"',
             "suffix": f'"{runner.first_node}"{shlex.quote(plan.head_suffix or "")}'}.get(plan.head_mode)
@@ -94,7 +94,7 @@ def check_job(job: str | None, site: str | None, overrides=()) -> Job:
 
 def run(job: str | None, site: str | None, overrides=(), timeout: float = 900,
         say=lambda text: None) -> Report:
-    from .status import wait
+    from .follow.status import wait
     from .submission import prepare, submit_prepared
     checked = check_job(job, site, overrides)
     submitted = submit_prepared(prepare(checked))
@@ -112,7 +112,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def judge(run: Run, state: str, job: Job) -> Report:
-    from .plan import make_plan
+    from .job.plan import make_plan
     from .rank.records import read_job_failure
     plan = make_plan(job, str(run.path))
     d = Path(run.path)

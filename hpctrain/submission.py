@@ -14,14 +14,14 @@ from typing import Any, Callable, Sequence
 import msgspec
 
 from . import __version__
-from .backends import backend, backend_class
+from .backends import backend, backend_class, transport
 from .errors import HpctrainError
-from .loading import Job, load_job
-from .plan import LaunchPlan, make_plan
-from .render import render_plan
-from .runs import Run, add_to_index, creating, git_state, new_run_id, run_path, write_atomic
-from .snapshot import CODE_DIR
-from .spec import default_runs_dir, snapshot_settings
+from .job.load import Job, load_job
+from .job.plan import LaunchPlan, make_plan
+from .rendering.templates import render_plan
+from .runs.records import Run, add_to_index, creating, git_state, new_run_id, run_path, write_atomic
+from .runs.snapshot import CODE_DIR
+from .schema.spec import default_runs_dir, snapshot_settings
 
 RANK_DIR = Path(__file__).parent / "rank"  # copied into every run directory as RUN_DIR/rank/
 
@@ -40,11 +40,13 @@ class Prepared(msgspec.Struct, frozen=True, kw_only=True):
     tasks: Sequence["Prepared"] = ()
     parallel: int | None = None  # a sweep's tasks running at once
     function: Any = None  # submitit runs: what every rank calls
-    # Submitted through a login node (site login:): run_dir is the cluster's, this is the mirror
-    # here that keeps run.json; None: run_dir is here.
+    # Where the scheduler's tools run and the run lives (backends/transport.py): here, or through
+    # a login node, where run_dir is the cluster's and `mirror` the directory here that keeps
+    # run.json (None: run_dir is here).
+    transport: Any = msgspec.field(default_factory=transport.Here)
     mirror: Path | None = None
     record: dict = msgspec.field(default_factory=dict)  # more run.json fields (function runs)
-    snapshot: Any = None  # spec.Snapshot when the job runs a copy of its code (snapshot.py)
+    snapshot: Any = None  # spec.Snapshot when the job runs a copy of its code (runs/snapshot.py)
 
 
 def prepare(job: Job, run_id: str | None = None, for_function: bool = False) -> Prepared:
@@ -55,15 +57,11 @@ def prepare(job: Job, run_id: str | None = None, for_function: bool = False) -> 
                             job.source, "add e.g. script: train.py (a job without a script "
                             "can run a Python function: hpctrain.submit_function(fn, job))")
     run_id = run_id or new_run_id()
-    run_dir = run_path(default_runs_dir(job.spec), job.spec.name, run_id)
-    mirror = workdir = None
-    if job.site.login:  # the run lives on the cluster, its code in code/ there; here, a mirror
-        from .backends import remote
-        mirror, run_dir = run_dir, remote.run_dir(job.site, job.spec.name, run_id)
-        workdir = remote.code_dir(run_dir)
-    # A function travels pickled (submitit): there is no script tree to copy for it. Through a
-    # login node, the code copied to the cluster's code/ (backends/remote.py) is the snapshot.
-    settings = None if (for_function or mirror is not None) else snapshot_settings(job.spec)
+    where = transport.for_site(job.site)
+    run_dir, mirror, workdir = where.place(run_path(default_runs_dir(job.spec), job.spec.name,
+                                                    run_id), job.spec.name, run_id)
+    # A function travels pickled (submitit): there is no script tree to copy for it.
+    settings = snapshot_settings(job.spec) if where.snapshots_code and not for_function else None
     if settings is not None and not settings.enabled:
         settings = None
     code_dir = str(run_dir / CODE_DIR) if settings is not None else None
@@ -71,10 +69,8 @@ def prepare(job: Job, run_id: str | None = None, for_function: bool = False) -> 
         prep = _prepare_sweep(job, run_id, run_dir, code_dir, settings, workdir)
     else:
         prep = _prepare_one(job, run_id, run_dir, code_dir, settings, workdir)
-    if mirror is None:
-        return prep
-    return msgspec.structs.replace(prep, mirror=mirror, submit_command=[
-        "ssh", job.site.login, "--", *prep.submit_command])
+    return msgspec.structs.replace(prep, transport=where, mirror=mirror,
+                                   submit_command=where.command(prep.submit_command))
 
 
 def _prepare_one(job: Job, run_id: str, run_dir: Path, code_dir: str | None = None,
@@ -96,7 +92,7 @@ class PreparedTasks(Sequence):
     The array script needs only the first task's plan, so `hpctrain render`, `validate` and
     `submit --dry-run` plan and render one task, not one per task; a submit writes every task's
     script and so prepares each (once). Every task was validated when the job was loaded, and
-    planning raises no user error (plan.py), so preparing later reports nothing it would have
+    planning raises no user error (job/plan.py), so preparing later reports nothing it would have
     reported sooner; what a task is depends only on the frozen job and the run id and directories
     fixed by prepare(), not on when it is made."""
 
@@ -117,8 +113,8 @@ class PreparedTasks(Sequence):
 
 def _prepare_sweep(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
                    settings, workdir: str | None = None) -> Prepared:
-    from .arrays import make_array_plan, parallelism
-    from .chains import directives
+    from .job.sweep import make_array_plan, parallelism
+    from .job.chains import directives
 
     def task(i: int) -> Prepared:
         # One snapshot for the whole sweep, in its run directory: every task runs the same code.
@@ -143,8 +139,8 @@ def snapshot_source(prep: Prepared):
     when the job runs the live tree. Nothing is written."""
     if prep.snapshot is None:
         return None
-    from . import snapshot
-    from .runs import state_home
+    from .runs import snapshot
+    from .runs.records import state_home
     skip = [default_runs_dir(prep.job.spec), str(state_home())]
     source = snapshot.collect(prep.job.workdir, prep.snapshot, skip)
     where = prep.job.origins(("snapshot",)) if prep.job.origins is not None else prep.job.source
@@ -186,9 +182,8 @@ def _record(prep: Prepared) -> dict:
         rec.update(array_size=len(prep.tasks), parallel=prep.parallel,
                    task_values=[dict(t.values) for t in prep.job.tasks])
     rec.update(prep.record)
-    if prep.mirror is not None:  # from the first write: a killed submit's job is looked for there
-        from .backends.remote import far_record
-        rec["extra"] = dict(rec.get("extra") or {}, remote=far_record(prep.job.site, prep.run_dir))
+    # From the first write: a killed submit's job is looked for where the transport says.
+    rec["extra"] = dict(rec.get("extra") or {}, **prep.transport.record(prep.run_dir))
     return rec
 
 
@@ -196,17 +191,14 @@ def submit_prepared(prep: Prepared, source=None) -> Run:
     """Write the run directory and submit. On any failure nothing is left behind: the directory
     is removed and a job that was already queued is cancelled. `source`: the snapshot's
     listing when the caller already made it (snapshot_source)."""
-    from .chains import check_live
-    from .checks import check_secrets
+    from .job.chains import check_live
+    from .job.checks import check_secrets
     from .rank.records import RunRecord
     check_secrets(prep.job)
     check_live(prep.job)
     if source is None:
         source = snapshot_source(prep)  # before anything is written: too big is refused here
-    chosen = backend(prep.backend)
-    if prep.mirror is not None:  # through the login node; the run's directory here is a mirror
-        from .backends.remote import RemoteBackend, far_record
-        chosen = RemoteBackend(chosen, far_record(prep.job.site, prep.run_dir))
+    chosen = prep.transport.backend(backend(prep.backend), prep.run_dir)
     with creating(prep.mirror or prep.run_dir) as run:
         # Recorded and indexed before anything starts: a submit killed at any later instant
         # leaves a run that list/status/cancel find (status/_adopted finds its job, if any).
@@ -216,7 +208,7 @@ def submit_prepared(prep: Prepared, source=None) -> Run:
         RunRecord(**record).save(str(run.path / "run.json"))
         add_to_index(run)
         if source is not None:
-            from .snapshot import copy
+            from .runs.snapshot import copy
             copy(source, run.path)
         _write_job_dir(prep, run.path)
         job_id = chosen.submit(run, prep)
@@ -238,7 +230,7 @@ def submit_prepared(prep: Prepared, source=None) -> Run:
 def _max_excluded(run: Run) -> int:
     """preemption.max_excluded_nodes of the run's job (its resolved job.yaml)."""
     import yaml
-    from .spec import Preemption
+    from .schema.spec import Preemption
     try:
         data = yaml.safe_load((run.path / "job.yaml").read_text()) or {}
         value = (data.get("preemption") or {}).get("max_excluded_nodes")
@@ -254,8 +246,8 @@ def resume(ref: str) -> tuple[Run, list[str], str]:
     failures blamed are left out (rank/recovery.py). Returns (run, excluded nodes, why)."""
     from .rank.records import archive_job_failure
     from .rank.recovery import resume_exclusions
-    from .runs import find
-    from .status import gather
+    from .runs.records import find
+    from .follow.status import gather
     run = find(ref)
     rec = run.record
     if rec.array_size:
@@ -287,7 +279,7 @@ def render(job: Job | str | os.PathLike | dict, **load_args) -> str:
 def submit(job: Job | str | os.PathLike | dict, **load_args):
     """Submit a job (a Job, or a job file/dict loaded with load_args) exactly as `hpctrain
     submit` does; return a Handle on its run."""
-    from .handle import Handle
+    from .follow.handle import Handle
     return Handle(submit_prepared(prepare(_as_job(job, load_args))))
 
 
@@ -303,7 +295,7 @@ def submit_function(fn: Callable, job: Job | str | os.PathLike | dict, *args: An
     functions from notebook cells work.
     """
     from .backends.submitit import function_run
-    from .handle import Handle
+    from .follow.handle import Handle
     if not callable(fn):
         raise HpctrainError(f"submit_function needs a callable, got {type(fn).__name__}",
                             fix="submit_function(my_function, job, *args)")

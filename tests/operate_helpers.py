@@ -57,7 +57,7 @@ def recorded_run(runs_dir: Path, job_id: str, *, run_id: str = "20260101-000000-
     """A run directory and index entry as `submit` leaves them (for jobs that wait for it),
     without submitting anything."""
     from hpctrain.rank.records import RunRecord
-    from hpctrain.runs import Run, add_to_index
+    from hpctrain.runs.records import Run, add_to_index
     path = runs_dir / name / run_id
     path.mkdir(parents=True)
     RunRecord(run_id=run_id, name=name, site="localcluster", backend=backend, job_id=job_id,

@@ -1,11 +1,13 @@
 """Where a rendered job goes, and who answers for it afterwards: one module per scheduler.
 
-    slurm.py     sbatch / squeue / scancel              templates/slurm/
-    local.py     this machine, no scheduler             templates/local/
-    ssh.py       hosts reached over ssh, no scheduler   templates/ssh/ (openssh.py: the ssh side)
-    submitit.py  Python functions, through submitit     (the Slurm or local script of its site)
+    slurm/       sbatch / squeue / sacct / scancel       templates/slurm/
+                 (records: their output parsed; detect: `site detect`; login: the login-node
+                 transport for clusters reached over ssh)
+    local.py     this machine, no scheduler              templates/local/
+    ssh/         hosts reached over ssh, no scheduler    templates/ssh/ (openssh: the ssh side)
+    submitit.py  Python functions, through submitit      (the Slurm or local script of its site)
 
-Adding a scheduler: a module here with a subclass of base.Backend (the abstract methods say what
+Adding a scheduler: a module (or a folder) here with a subclass of base.Backend (the abstract methods say what
 it must answer: submit, state, cancel, where its output lands; `header` writes the directive
 table and defaults to no header), a template folder
 templates/<name>/ with job.sh.j2 and array.sh.j2 that extend the shared parts, and a line in
@@ -53,11 +55,11 @@ def backend(name: str) -> Backend:
 
 def for_run(run) -> Backend:
     """The backend that answers for a recorded run: its scheduler's, reached through the login
-    node it was submitted to when run.json says so (remote.py)."""
+    node it was submitted to when run.json says so (backends/slurm/login.py)."""
     chosen = backend(run.record.backend)
     far = run.record.extra.get("remote")
     if far:
-        return import_module(".remote", __name__).RemoteBackend(chosen, far)
+        return import_module(".slurm.login", __name__).RemoteBackend(chosen, far)
     return chosen
 
 

@@ -18,12 +18,12 @@ import msgspec
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..runs import Run
+    from ..runs.records import Run
 
 
 class State(str, Enum):
     """A job's state, the same words whatever ran it. Each backend maps its scheduler's own
-    states onto these (Slurm: backends/slurm.py SLURM_STATES); the original word is kept in
+    states onto these (Slurm: backends/slurm/backend.py SLURM_STATES); the original word is kept in
     JobState.raw."""
     PENDING = "PENDING"  # queued, waiting for resources or a dependency
     REQUEUED = "REQUEUED"  # ended and queued again (preemption, a requeue)
@@ -81,7 +81,7 @@ class Backend(abc.ABC):
     writes_directives: ClassVar[bool] = False  # the script's header holds scheduler directives
     # Container runtimes (containers.RUNTIMES) this backend's scripts can start the ranks in.
     container_runtimes: ClassVar[tuple[str, ...]] = ()
-    dependencies: ClassVar[bool] = False  # holds a job until other jobs ended (chains.py)
+    dependencies: ClassVar[bool] = False  # holds a job until other jobs ended (job/chains.py)
     # Shell text, in the batch script, naming the allocation's first node (doctor.py); None: the
     # scheduler runs one node only.
     first_node: ClassVar[str | None] = None
@@ -111,7 +111,7 @@ class Backend(abc.ABC):
     @classmethod
     def waits_for(cls, scheduler: str) -> bool:
         """Whether a job of this scheduler can wait for a run recorded under `scheduler`
-        (chains.py): only for its own, whose job ids its dependencies name."""
+        (job/chains.py): only for its own, whose job ids its dependencies name."""
         return cls.dependencies and scheduler == cls.name
 
     @classmethod
@@ -173,3 +173,14 @@ class Backend(abc.ABC):
     def output_files(self, run: Run, task: int | None = None) -> list[Path]:
         """The job's own output (the batch script and the ranks' prefixed lines), oldest first;
         with a task: that sweep task's."""
+
+
+def preemption_directives(pre: dict | None) -> list[tuple[str, str | None]]:
+    """The directive-table entries that ask for the preemption signal and make the job
+    requeueable (pre: the plan's preemption settings, job/preemption.py)."""
+    if pre is None:
+        return []
+    out: list[tuple[str, str | None]] = [("signal", f"B:{pre['signal']}@{pre['lead_time']}")]
+    if pre["requeue"]:
+        out.append(("requeue", None))
+    return out

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import HpctrainError
 from typing import TYPE_CHECKING
 
-from ..runs import Run
+from ..runs.records import Run
 
 if TYPE_CHECKING:
     from ..rank.records import RunRecord

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import HpctrainError
-from ..runs import Run
-from ..spec import slurm_seconds
-from .base import Backend, JobState, State
+from ..runs.records import Run
+from ..schema.spec import slurm_seconds
+from .base import Backend, JobState, State, preemption_directives
 
 SUBMITIT_DIR = "submitit"  # inside the run directory
 
@@ -45,13 +45,12 @@ _COUNTS = {"nodes", "ntasks_per_node", "cpus_per_task"}
 def slurm_parameters(plan, *, setup: list[str] | None = None) -> dict[str, Any]:
     """SlurmExecutor.update_parameters() arguments for a function run: the plan's directive
     table, with one task per rank instead of one torchrun per node."""
-    from .. import survive
     params: dict[str, Any] = {"stderr_to_stdout": True}
     if plan.preemption:
         params["signal_delay_s"] = plan.preemption["lead_time"]
     # The batch script's own preemption entries are its signal trap's, which a function run has
     # not: submitit installs its own handler. The site's extras pass on.
-    theirs = list(survive.directives(plan.preemption))
+    theirs = list(preemption_directives(plan.preemption))
     additional: dict[str, Any] = {}
     for key, value in plan.directives:
         if (key, value) in theirs:
@@ -99,7 +98,7 @@ def local_parameters(job, plan) -> dict[str, Any]:
 def batch_prelude(plan) -> list[str]:
     """The job script's own environment and rendezvous parts, for submitit's `setup`."""
     import shlex
-    from ..render import render_part
+    from ..rendering.templates import render_part
     parts = ("parts/functions.sh.j2", "parts/environment.sh.j2", "slurm/nodes.sh.j2",
              "parts/rendezvous.sh.j2")
     text = f"RUN_DIR={shlex.quote(plan.run_dir)}\n" + "".join(
@@ -216,7 +215,7 @@ def source_of(fn: Callable) -> str | None:
 def function_run(fn: Callable, args: tuple, kwargs: dict, prep) -> dict:
     """What turns a prepared job into a function run: the callable every rank runs and the
     run.json fields that describe it (submission.submit_function applies them)."""
-    from ..runs import git_state
+    from ..runs.records import git_state
     info = describe_callable(fn)
     _check_picklable(fn, args, kwargs, info)
     if info["source_file"] and os.path.isfile(info["source_file"]):
@@ -286,7 +285,7 @@ class SubmititBackend(Backend):
 
     def states(self, runs: list[Run]) -> list[JobState]:
         slurm = [r for r in runs if r.record.scheduler == "slurm"]
-        from .slurm import SlurmBackend
+        from .slurm.backend import SlurmBackend
         asked = dict(zip((r.path for r in slurm), SlurmBackend().states(slurm))) if slurm else {}
         out = []
         for run in runs:
@@ -317,7 +316,7 @@ class SubmititBackend(Backend):
     def cancel(self, run: Run) -> None:
         rec = run.record
         if rec.scheduler == "slurm":
-            from .slurm import SlurmBackend
+            from .slurm.backend import SlurmBackend
             SlurmBackend().abort(str(rec.job_id))
         else:
             from .local import recorded_process_alive
@@ -333,7 +332,7 @@ class SubmititBackend(Backend):
                 return
             except ProcessLookupError:
                 pass
-        from .slurm import SlurmBackend
+        from .slurm.backend import SlurmBackend
         SlurmBackend().abort(job_id)
 
     def output_files(self, run: Run, task: int | None = None) -> list[Path]:

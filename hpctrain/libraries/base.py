@@ -6,8 +6,8 @@ import re
 from typing import NamedTuple
 
 from ..errors import HpctrainError
-from ..origins import Origins as Where
-from ..spec import JobSpec, SiteProfile
+from ..schema.origins import Origins as Where
+from ..schema.spec import JobSpec, SiteProfile
 
 
 

@@ -14,7 +14,7 @@ So: `podman run --rm --sig-proxy=false --log-driver=passthrough --name hpct-JOB-
 run`), and this process, which Slurm does signal, sends each signal it gets to every process of
 the container — found from the container's host PID through /proc, with system calls only, so
 that nothing it starts can be killed by the same burst — like Slurm signals every process of a
-step without a container (torchrun's agent and the ranks alike: see hpctrain/survive.py). After
+step without a container (torchrun's agent and the ranks alike: see hpctrain/job/preemption.py). After
 TERM or INT, whatever still runs `kill_after` seconds later (Slurm's KillWait minus 2 s) is
 SIGKILLed, so the container is gone before Slurm SIGKILLs this process; `--rm` removes it.
 The container's init (`--init`: catatonit, tini) is left out: it passes every signal on to its

@@ -472,7 +472,7 @@ class RunRecord:
     submitit_folder: str | None = None
     function: dict = field(default_factory=dict)  # function runs: what ran (module, source hash)
     after: list = field(default_factory=list)  # runs it waits for: [{mode, run_id, job_id, path}]
-    snapshot: dict = field(default_factory=dict)  # the code copied into the run (hpctrain/snapshot.py)
+    snapshot: dict = field(default_factory=dict)  # the code copied into the run (hpctrain/runs/snapshot.py)
     jobs: list = field(default_factory=list)  # earlier job ids of this run (submit --resume)
     extra: dict = field(default_factory=dict)
 

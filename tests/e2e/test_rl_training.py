@@ -80,7 +80,7 @@ def check_progress(cli, ref: str, run_dir: Path, results: list[dict], library: s
 def check_plot(cli, job_id: str, run_dir: Path, results: list[dict], tmp_path: Path) -> None:
     """`hpctrain plot` on the event files rsl-rl's own logger wrote (rank 0, its log_dir): its
     own tags, one point per learning iteration, in a non-empty PNG."""
-    from hpctrain.curves import read_run
+    from hpctrain.follow.curves import read_run
     png = tmp_path / "rsl_rl.png"
     out = cli("plot", job_id, "--out", png).stdout
     assert out.splitlines()[-1] == str(png), out

@@ -126,7 +126,7 @@ requeue_after_failure() {
   requeue_job "$nodes"
 }
 
-# --- preemption and SIGTERM (hpctrain/survive.py) ----------------------------------------------
+# --- preemption and SIGTERM (hpctrain/job/preemption.py) ---------------------------------------
 # The scheduler sends SIGUSR2 to this shell 120 s (up to 60 s more) before the time limit; a
 # preemption or a cancel sends SIGTERM (a preemption only to the ranks, until its grace time ends).
 # Either means "save now": it is forwarded to the ranks, which get 90 s to save; then the

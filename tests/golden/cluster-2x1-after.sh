@@ -128,7 +128,7 @@ requeue_after_failure() {
   requeue_job "$nodes"
 }
 
-# --- preemption and SIGTERM (hpctrain/survive.py) ----------------------------------------------
+# --- preemption and SIGTERM (hpctrain/job/preemption.py) ---------------------------------------
 # The scheduler sends SIGUSR2 to this shell 120 s (up to 60 s more) before the time limit; a
 # preemption or a cancel sends SIGTERM (a preemption only to the ranks, until its grace time ends).
 # Either means "save now": it is forwarded to the ranks, which get 90 s to save; then the
@@ -198,7 +198,7 @@ unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_AD
   JAX_COORDINATOR_ADDR JAX_COORDINATOR_PORT HPCTRAIN_RANK HPCTRAIN_IS_MAIN HPCTRAIN_SEED \
   HPCTRAIN_BASE_SEED HPCTRAIN_RESUME_FROM HPCTRAIN_JOB_ID
 cd /work/job
-# The program runs from the copy of the code taken at submit (hpctrain/snapshot.py), so that
+# The program runs from the copy of the code taken at submit (hpctrain/runs/snapshot.py), so that
 # edits made since — before a requeue, say — do not change what this run trains.
 cd /runs/ddp-check/RUN_ID/code
 export OMP_NUM_THREADS=1

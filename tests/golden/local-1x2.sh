@@ -35,7 +35,7 @@ unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_AD
   JAX_COORDINATOR_ADDR JAX_COORDINATOR_PORT HPCTRAIN_RANK HPCTRAIN_IS_MAIN HPCTRAIN_SEED \
   HPCTRAIN_BASE_SEED HPCTRAIN_RESUME_FROM HPCTRAIN_JOB_ID
 cd /work/job
-# The program runs from the copy of the code taken at submit (hpctrain/snapshot.py), so that
+# The program runs from the copy of the code taken at submit (hpctrain/runs/snapshot.py), so that
 # edits made since — before a requeue, say — do not change what this run trains.
 cd /runs/ddp-check/RUN_ID/code
 export WANDB_RUN_ID=run_id

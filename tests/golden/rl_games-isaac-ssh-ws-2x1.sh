@@ -502,7 +502,7 @@ source /opt/venv/bin/activate
 } || setup_failed "setup line 1 failed:" 'source /opt/venv/bin/activate'
 set "$SETUP_PIPEFAIL" pipefail
 [[ "$SETUP_FLAGS" != *u* ]] || set -u
-# The program runs from the copy of the code taken at submit (hpctrain/snapshot.py), so that
+# The program runs from the copy of the code taken at submit (hpctrain/runs/snapshot.py), so that
 # edits made since — before a requeue, say — do not change what this run trains.
 cd /runs/ddp-check/RUN_ID/code
 export WANDB_RUN_ID=run_id

@@ -46,7 +46,7 @@ def test_payloads_reach_the_program_byte_exact(cli, tmp_path):
     for rank in seen:
         assert rank["argv"] == payloads
         assert {k: rank["env"].get(k) for k in env} == env
-        # The job runs the copy of its code taken at submit (hpctrain/snapshot.py), in the run.
+        # The job runs the copy of its code taken at submit (hpctrain/runs/snapshot.py), in the run.
         code = run_dir / "code"
         assert rank["cwd"] == str(code) and rank["script"] == str(code / program.name)
     assert (code / program.name).read_bytes() == program.read_bytes()

@@ -10,9 +10,9 @@ import sys
 import pytest
 import yaml
 
-from hpctrain.loading import load_job
-from hpctrain.plan import make_plan
-from hpctrain.render import render_part
+from hpctrain.job.load import load_job
+from hpctrain.job.plan import make_plan
+from hpctrain.rendering.templates import render_part
 from tests.conftest import ROOT, submitted
 
 MODULES = ROOT / "tests" / "cluster" / "modulefiles"

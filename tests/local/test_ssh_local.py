@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.loading import load_job
+from hpctrain.job.load import load_job
 from hpctrain.submission import _write_job_dir, prepare
 
 WORKER = Path(__file__).resolve().parents[1] / "programs" / "worker.py"

@@ -16,7 +16,7 @@ import sys
 import hpctrain.backends.commands as commands
 import hpctrain.submission as submission
 from hpctrain.rank.records import RunRecord
-from hpctrain.runs import Run
+from hpctrain.runs.records import Run
 
 
 def die():

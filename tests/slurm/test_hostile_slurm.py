@@ -44,7 +44,7 @@ def test_payloads_reach_the_program_byte_exact_on_two_nodes(cli, cluster, tmp_pa
     for rank in seen:
         assert rank["argv"] == payloads
         assert {k: rank["env"].get(k) for k in env} == env
-        # The job runs the copy of its code taken at submit (hpctrain/snapshot.py), in the run.
+        # The job runs the copy of its code taken at submit (hpctrain/runs/snapshot.py), in the run.
         code = run_dir / "code"
         assert rank["cwd"] == str(code) and rank["script"] == str(code / program.name)
     assert not canary.exists() and not (weird / "CANARY").exists()
@@ -106,7 +106,7 @@ def test_slurm_submit_killed_at_any_step(point, cli, cluster, tmp_path):
 # pairs, each submitted alone. Every (field, accepted payload) pair is in exactly one submission.
 
 from hpctrain.errors import HpctrainError  # noqa: E402
-from hpctrain.loading import load_job  # noqa: E402
+from hpctrain.job.load import load_job  # noqa: E402
 from hpctrain.submission import prepare, submit_prepared  # noqa: E402
 from tests.unit.test_hostile_inputs import ENV_REF, JOB_FIELDS, SITE_FIELDS, _job, _site_text  # noqa: E402
 
@@ -137,7 +137,7 @@ LANES = {
     # the job's own `site:` (no site given beside it); the library/site fields no site accepts
     # here (container runtimes the cluster lacks, scheduler, limits...) are refused and counted
     "own-site": ["job.site"],
-    # `python: STUB $VAR`: a word that is one $NAME names the node's value, by design (plan.py)
+    # `python: STUB $VAR`: a word that is one $NAME names the node's value, by design (job/plan.py)
     "python.env": [],
 }
 for _f in [f"job.{f}" for f in JOB_FIELDS] + [f"site.{f}" for f in SITE_FIELDS if f not in NOT_SLURM]:
@@ -351,7 +351,7 @@ def _check(s: Submission, canary: Path) -> None:
         return
     if s.lane == "container" and state == "FAILED":
         # An option podman refuses (or one that names the image's place): the supervisor says
-        # so. A word's $NAME expands on the node by design (hpctrain/containers.py).
+        # so. A word's $NAME expands on the node by design (hpctrain/job/containers.py).
         assert "hpctrain: launch: " in log or "unbound variable" in log, log[-1500:]
         return
     assert state == "COMPLETED", f"{state}:\n{log[-2500:]}"

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from hpctrain import hostlist
+from hpctrain.backends.ssh import hostlist
 from tests.unit.test_hostlist import INVALID, PATTERNS
 
 pytestmark = pytest.mark.slurm

@@ -184,7 +184,7 @@ def test_hostile_exclude_patterns_from_the_laptop(home, project, far, tmp_path, 
     site's exclude list: the laptop's submit copies the code without what they match, the job
     completes, and nothing runs on either side."""
     from hpctrain.errors import HpctrainError
-    from hpctrain.loading import load_job
+    from hpctrain.job.load import load_job
     canary = tmp_path / "CANARY"
     monkeypatch.chdir(project)  # where the job's script is
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import hpctrain
-from hpctrain.runs import indexed
+from hpctrain.runs.records import indexed
 from tests.conftest import job_state, wait_for_job
 from tests.operate_helpers import WORKER
 
@@ -86,7 +86,7 @@ def test_function_on_two_nodes(cli, cluster):
     again = hpctrain.Handle(h.job_id)  # found later from the index, like a CLI run
     assert again.run_dir == h.run_dir and again.result()["sum"] == 12.0
     # The shell sees the same run: `hpctrain status` and `list` answer for Python runs too.
-    from hpctrain.operate import status
+    from hpctrain.follow.operate import status
     assert status(h.run_id).state.state == "COMPLETED"
     # Function runs write the same per-rank records as any run: logs by rank and by node work.
     idents = {json.loads(p.read_text())["rank"]: json.loads(p.read_text())["node"]

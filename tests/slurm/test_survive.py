@@ -92,7 +92,7 @@ def test_requeue_cap_ends_the_job(cli, cluster):
 def test_killed_rank_is_restarted_by_torchrun_and_resumes(cli, cluster):
     # 2 nodes x 2 ranks. Rank 1 is SIGKILLed at iteration 8 (once per run); torchrun restarts
     # the worker group on both nodes in the same allocation and the bootstrap hands every rank
-    # the iteration-5 checkpoint. Before the fix (a fresh store per attempt, survive.py) the
+    # the iteration-5 checkpoint. Before the fix (a fresh store per attempt, job/preemption.py) the
     # restarted ranks read the dead attempt's gloo addresses: "Connection refused", or a hang.
     job_id, run_dir = submit(cli, cluster, "launcher.max_restarts=1",
                              "args=[--iterations,12,--sleep,0.3,--save-every,5,--die-at,8,--die-rank,1]")

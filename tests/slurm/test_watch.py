@@ -60,7 +60,7 @@ def test_preempted_and_resumed_run_plots_on_one_step_axis(preempted_run, tmp_pat
     assert f"train/loss 40 points, steps 1-40, 2 attempt(s) starting at step 1, {saved_at + 1}" in out, out
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
 
-    from hpctrain.curves import read_run
+    from hpctrain.follow.curves import read_run
     [scalars] = read_run(str(run_dir))
     assert len(scalars.groups) == 2  # two writers, one per attempt, one after the other
     curve = scalars.curve("train/loss")

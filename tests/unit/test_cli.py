@@ -41,22 +41,6 @@ def test_validate_refuses_a_secret_that_is_not_set(cli, tmp_path):
     assert "value" not in proc.stdout
 
 
-def test_a_command_parses_the_same_with_only_its_own_subparser():
-    from hpctrain.cli import build_parser
-    full = build_parser()
-    commands = next(a for a in full._actions if a.dest == "command").choices
-    samples = {"render": ["job.yaml", "--site", "s", "--set", "a.b=1"], "submit": ["j.yaml", "--wait"],
-               "logs": ["r1", "-f", "--rank", "3"], "status": ["r1", "--json"], "list": ["--limit", "5"],
-               "site": ["detect", "big", "--partition", "gpu"], "doctor": ["j.yaml", "--site", "s"]}
-    for name in commands:
-        argv = [name, *samples.get(name, ["r1"] if name not in ("list",) else [])]
-        one = build_parser(name)
-        assert one is not None, name
-        want, got = vars(full.parse_args(argv)), vars(one.parse_args(argv))
-        assert want == got, name
-    assert build_parser("rendr") is None  # a typo gets the whole parser, whose error lists the commands
-
-
 def test_submit_resume_errors_exit_2(cli, tmp_path):
     """`submit --resume RUN` takes no job file or overrides; a run that is not there, or that
     is still going, is refused with a fix, never a traceback."""
@@ -69,28 +53,3 @@ def test_submit_resume_errors_exit_2(cli, tmp_path):
         proc = cli(*args, check=False)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert text in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-
-
-def _parsers(parser):
-    """A parser and every subparser below it."""
-    import argparse
-    yield parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                yield from _parsers(sub)
-
-
-@pytest.mark.parametrize("columns", ["50", "120", "", "junk", "0"])
-def test_help_as_wide_as_argparse_makes_it(monkeypatch, columns):
-    """cli._Formatter finds the width without shutil: the same help text as argparse's own."""
-    import argparse
-    from hpctrain import cli
-    monkeypatch.setenv("COLUMNS", columns)
-    for command in (None, "submit", "site"):
-        ours, theirs = list(_parsers(cli.build_parser(command))), list(_parsers(cli.build_parser(command)))
-        assert len(ours) > 1
-        for a, b in zip(ours, theirs):
-            assert a.formatter_class is cli._Formatter
-            b.formatter_class = argparse.HelpFormatter
-            assert a.format_help() == b.format_help()

@@ -1,4 +1,4 @@
-"""Containers (hpctrain/containers.py): the checks, the argument lists against each runtime's
+"""Containers (hpctrain/job/containers.py): the checks, the argument lists against each runtime's
 documented flags, Isaac Lab's cluster guide argument by argument, and the word quoting.
 Apptainer, Singularity and pyxis cannot be installed on this machine; Podman runs for real in
 tests/slurm/test_containers.py."""
@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from hpctrain.errors import HpctrainError
-from hpctrain.loading import load_job
-from hpctrain.plan import make_plan
-from hpctrain.render import _cwords
+from hpctrain.job.load import load_job
+from hpctrain.job.plan import make_plan
+from hpctrain.rendering.quoting import cwords as _cwords
 from hpctrain.rank.container import descendants
 from hpctrain.submission import render
 from tests.conftest import ROOT

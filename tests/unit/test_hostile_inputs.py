@@ -30,10 +30,10 @@ from hypothesis import strategies as st
 
 from hpctrain.backends import backend_class
 from hpctrain.errors import HpctrainError
-from hpctrain.loading import load_job
-from hpctrain.render import _comment, _q
+from hpctrain.job.load import load_job
+from hpctrain.rendering.quoting import comment as _comment, q as _q
 from hpctrain.submission import _write_job_dir, prepare
-from hpctrain.yamlfile import load_text
+from hpctrain.schema.yamlfile import load_text
 from tests.hostile import CONTROL, canary_payloads, tried
 
 STUB = Path(__file__).resolve().parents[1] / "programs" / "record_launch.sh"
@@ -213,7 +213,7 @@ class Rendered:
                 rec.unlink()
             # Expected here: a site's modules (this machine has no module system) fail where they
             # load; a container's runtime refuses the test's image ("i"), once it was started.
-            # A container word's $NAME expands on the node by design (hpctrain/containers.py):
+            # A container word's $NAME expands on the node by design (hpctrain/job/containers.py):
             # one this machine does not set stops the strict-mode script.
             said = proc.stdout + proc.stderr
             expected = ("(status " in said if field in NO_MODULE_SYSTEM else
@@ -445,7 +445,7 @@ def test_yaml_traps_are_clear_errors(trap, home, tmp_path, monkeypatch):
 
     def never(*a, **k):
         raise AssertionError("the sweep was expanded before its size was checked")
-    monkeypatch.setattr("hpctrain.loading.sweep_points", never)
+    monkeypatch.setattr("hpctrain.job.load.sweep_points", never)
     with pytest.raises(HpctrainError) as err:
         load_job(str(path), site="localcluster",
                  overrides=["args.5=x"] if text is None else ())

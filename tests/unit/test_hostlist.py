@@ -1,4 +1,4 @@
-"""hpctrain.hostlist's rules, pure: literal cases and round trips. The same patterns are compared
+"""hpctrain.backends.ssh.hostlist's rules, pure: literal cases and round trips. The same patterns are compared
 with the real `scontrol show hostnames` / `show hostlist` in tests/slurm/test_hostlist_scontrol.py
 (the tier that installs Slurm).
 """
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpctrain import hostlist
+from hpctrain.backends.ssh import hostlist
 
 PATTERNS = [
     "node1", "node[1-4]", "node[0001-0010]", "n[09-11]", "n[9-011]", "n[001-3]", "n[0-2]",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hpctrain.backends.slurm import SlurmBackend
+from hpctrain.backends.slurm.backend import SlurmBackend
 from hpctrain.errors import HpctrainError
-from hpctrain.loading import load_job
-from hpctrain.plan import make_plan
+from hpctrain.job.load import load_job
+from hpctrain.job.plan import make_plan
 from hpctrain.submission import prepare
 from tests.operate_helpers import recorded_run
 
@@ -212,7 +212,7 @@ def test_waits_for_verdicts():
     from types import SimpleNamespace as NS
 
     from hpctrain.backends.base import JobState, State
-    from hpctrain.status import waits_for
+    from hpctrain.follow.status import waits_for
     after = [{"mode": "afterok", "run_id": "a", "job_id": "1", "path": "/a"},
              {"mode": "afterok", "run_id": "b", "job_id": "2", "path": "/b"},
              {"mode": "afterany", "run_id": "b", "job_id": "2", "path": "/b"},
@@ -224,8 +224,8 @@ def test_waits_for_verdicts():
 
 def test_status_shows_what_a_run_waits_for(runs):
     from hpctrain.backends.base import JobState, State
-    from hpctrain.display import format_status
-    from hpctrain.status import RunStatus
+    from hpctrain.follow.display import format_status
+    from hpctrain.follow.status import RunStatus
     st = RunStatus(run_id="r", name="eval", site="localcluster", backend="slurm", job="44",
                    path="/p", submitted=None, nodes=1, ranks_per_node=1,
                    state=JobState(State.PENDING, reason="Dependency",

@@ -1,5 +1,6 @@
-"""The package's shape: no import cycle anywhere, the rank side stands alone, and only the
-backends and their template folders know which scheduler a job uses."""
+"""The package's shape: the folders are the layers and imports only run down them, no import
+cycle anywhere, the rank side stands alone, and only the backends and their template folders
+know which scheduler a job uses."""
 from __future__ import annotations
 
 import ast
@@ -67,7 +68,7 @@ def test_no_import_cycle():
     mods = _modules()
     graph = {name: _imports(name, path, set(mods)) for name, path in mods.items()}
     # The registries' lookups are edges too (a cycle through one is as real as any).
-    assert {"hpctrain.backends.submitit", "hpctrain.backends.remote"} <= graph["hpctrain.backends"]
+    assert {"hpctrain.backends.submitit", "hpctrain.backends.slurm.login"} <= graph["hpctrain.backends"]
     assert "hpctrain.libraries.rsl_rl" in graph["hpctrain.libraries"]
     assert "hpctrain.submission" in graph["hpctrain"]
     state: dict[str, int] = {}
@@ -91,13 +92,48 @@ def test_no_import_cycle():
             visit(name)
 
 
+# The layers, lowest first: a module may import its own layer and those below it, never one
+# above. docs/architecture.md shows the same order; the top-level modules are layers of their own.
+LAYERS = ["errors datafiles", "rank", "rendering", "schema", "libraries", "runs", "backends",
+          "follow", "job", "submission", "doctor", "cli __main__"]
+
+
+def _layer(module: str) -> int:
+    first = module.split(".")[1] if "." in module else ""
+    for i, names in enumerate(LAYERS):
+        if first in names.split():
+            return i
+    raise AssertionError(f"{module} is in no layer: add its folder to LAYERS (and the docs)")
+
+
+def test_imports_run_down_the_layers():
+    """The tree is the layer diagram: no module imports one of a higher layer. The package's own
+    __init__ is the API face (it loads its names on first use) and stands above every layer."""
+    mods = _modules()
+    known = set(mods)
+    up = []
+    for name, path in sorted(mods.items()):
+        if name == "hpctrain":
+            continue
+        for target in _imports(name, path, known) - {"hpctrain"}:
+            if _layer(target) > _layer(name):
+                up.append(f"{name} ({LAYERS[_layer(name)]}) imports {target} ({LAYERS[_layer(target)]})")
+    assert not up, "imports running up the layers:\n" + "\n".join(up)
+
+
+def test_top_level_stays_small():
+    """Concerns live in folders; the top level holds the entry points and the lowest modules."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 12, top
+
+
 def test_bootstrap_json_is_exactly_the_rank_config(home):
-    """plan.py writes bootstrap.json as a dict (render need not import the records module);
+    """job/plan.py writes bootstrap.json as a dict (render need not import the records module);
     it has exactly RankConfig's fields, each set."""
     import dataclasses
 
-    from hpctrain.loading import load_job
-    from hpctrain.plan import make_plan
+    from hpctrain.job.load import load_job
+    from hpctrain.job.plan import make_plan
     from hpctrain.rank.records import RankConfig
     plan = make_plan(load_job({"name": "x", "script": "t.py"}, site="localcluster"), "/r")
     fields = {f.name for f in dataclasses.fields(RankConfig)} - {"extra"}
@@ -167,7 +203,7 @@ def test_only_backends_know_schedulers():
 
 
 def test_which_runs_a_job_can_wait_for_is_the_backends_answer():
-    """chains.py asks Backend.waits_for instead of comparing scheduler names: a scheduler with
+    """job/chains.py asks Backend.waits_for instead of comparing scheduler names: a scheduler with
     dependencies waits for its own runs only, one without waits for none."""
     from hpctrain.backends import BACKENDS, backend_class
     for name in BACKENDS:

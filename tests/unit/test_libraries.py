@@ -11,8 +11,8 @@ import pytest
 
 from hpctrain.submission import render
 from hpctrain.errors import HpctrainError
-from hpctrain.loading import load_job
-from hpctrain.plan import make_plan
+from hpctrain.job.load import load_job
+from hpctrain.job.plan import make_plan
 from tests.conftest import ROOT
 
 ISAACLAB = "/opt/IsaacLab"

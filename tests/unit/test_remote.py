@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpctrain.backends import remote
+from hpctrain.backends.slurm import login as remote
 from hpctrain.errors import HpctrainError
-from hpctrain.loading import load_job
+from hpctrain.job.load import load_job
 from hpctrain.submission import prepare
 
 SITE = {"name": "far", "scheduler": "slurm", "login": "me@login.example.org",
@@ -71,7 +71,7 @@ def test_secrets_travel_on_stdin_not_on_the_command_line(monkeypatch):
 
     def run(host, words, input=None, timeout=0):
         seen.update(words=words, input=input)
-        from hpctrain.backends.openssh import Result
+        from hpctrain.backends.ssh.openssh import Result
         return Result(host, 0, "42\n", "")
     monkeypatch.setattr(login.ssh, "run", run)
     assert login.tool(["sbatch", "--parsable", "/r/job.sbatch"]) == "42\n"
@@ -136,6 +136,6 @@ def test_python_mismatch_is_named_before_submitting():
 
 
 def _site():
-    from hpctrain.spec import SiteProfile
+    from hpctrain.schema.spec import SiteProfile
     import msgspec
     return msgspec.convert(SITE, SiteProfile)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.loading import load_job
-from hpctrain.plan import make_plan
+from hpctrain.job.load import load_job
+from hpctrain.job.plan import make_plan
 from hpctrain.submission import prepare, render
 
 BASE = {"name": "ddp-check", "library": "command", "script": "train.py",
@@ -54,7 +54,7 @@ MATRIX = {
     "iface-3x2-fixed-port": ("iface.yaml", {
         "resources": {"nodes": 3, "gpus_per_node": 2, "account": "rl", "qos": "high"},
         "setup": ["ulimit -n 65536"]}),
-    # The survive switches (hpctrain/survive.py): each one changes what the script holds.
+    # The survive switches (hpctrain/job/preemption.py): each one changes what the script holds.
     "cluster-2x1-no-preemption": ("localcluster", {"resources": {"nodes": 2},
                                                    "preemption": {"enabled": False}}),
     "cluster-2x1-term-no-requeue": ("localcluster", {"resources": {"nodes": 2},
@@ -83,7 +83,7 @@ MATRIX = {
         "setup": ["export WANDB_MODE=offline", "module load extra || true"],
         "sbatch": {"reservation": "mine", "mail-type": ["END", "FAIL"], "exclude": "node[3-4]",
                    "comment": "two words #1", "begin": "now+10minutes", "hold": False}}),
-    # A run that waits for another one (chains.py): --dependency and kill-on-invalid-dep; a
+    # A run that waits for another one (job/chains.py): --dependency and kill-on-invalid-dep; a
     # sweep that waits holds the whole array.
     "cluster-2x1-after": ("localcluster", {"resources": {"nodes": 2},
                                            "after": ["RECORDED", "afterany:4243"]}),
@@ -124,7 +124,7 @@ MATRIX.update({
                                                   "resources": {"nodes": 2, "gpus_per_node": 1},
                                                   **_ISAAC}),
 })
-# Containers (hpctrain/containers.py): every runtime, GPU and CPU nodes, Isaac Lab's image layout.
+# Containers (hpctrain/job/containers.py): every runtime, GPU and CPU nodes, Isaac Lab's image layout.
 MATRIX.update({
     "apptainer-2x4-gpus-secrets": ("containers.yaml", {
         "resources": {"nodes": 2, "gpus_per_node": 4}, "secrets": ["WANDB_API_KEY"],
@@ -256,7 +256,7 @@ def test_program_reaches_the_bootstrap_byte_exact(site_dir, home):
 
 def test_torchrun_restarts_get_a_fresh_store_per_attempt(site_dir, home):
     # torch 2.13 keeps one agent store for the whole job; restarted ranks would read the dead
-    # attempt's keys (hpctrain/survive.py, "torchrun's restarts").
+    # attempt's keys (hpctrain/job/preemption.py, "torchrun's restarts").
     with_restarts = make_plan(job_for("localcluster", {"resources": {"nodes": 2},
                                                        "launcher": {"max_restarts": 1}}), "/r")
     assert with_restarts.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"

@@ -1,14 +1,14 @@
-"""site detect's decisions from evidence (backends/slurm_detect.py) and the doctor's gate
+"""site detect's decisions from evidence (backends/slurm/detect.py) and the doctor's gate
 (rank/probe.problems): pure logic over recorded answers; the cluster tests run the real thing."""
 from __future__ import annotations
 
 import yaml
 
-from hpctrain.backends.slurm_detect import decide, scontrol_config, sinfo_partitions, slurm_time
-from hpctrain.checks import check_site
+from hpctrain.backends.slurm.detect import decide, scontrol_config, sinfo_partitions, slurm_time
+from hpctrain.job.checks import check_site
 from hpctrain.rank import probe
-from hpctrain.spec import convert_site
-from hpctrain.yamlfile import load_file
+from hpctrain.schema.spec import convert_site
+from hpctrain.schema.yamlfile import load_file
 
 CONFIG = scontrol_config("""Configuration data as of 2026-11-23T10:00:00
 ClusterName             = big

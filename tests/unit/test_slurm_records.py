@@ -1,7 +1,7 @@
 """The Slurm parser against real Slurm 22.05.8 output captured from the local cluster."""
 from pathlib import Path
 
-from hpctrain.backends import slurm_records as ss
+from hpctrain.backends.slurm import records as ss
 
 FIX = Path(__file__).parent / "fixtures" / "slurm-22.05"
 

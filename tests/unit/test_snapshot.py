@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain import snapshot, survive
+from hpctrain.runs import snapshot
+from hpctrain.job import preemption as survive
 from hpctrain.errors import HpctrainError
-from hpctrain.spec import Snapshot
+from hpctrain.schema.spec import Snapshot
 
 # ----------------------------------------------------------------------------- tracking
 

@@ -6,8 +6,8 @@ import textwrap
 import pytest
 
 from hpctrain.errors import HpctrainError
-from hpctrain.loading import load_job
-from hpctrain.spec import slurm_seconds
+from hpctrain.job.load import load_job
+from hpctrain.schema.spec import slurm_seconds
 
 GOOD = """\
 name: cartpole-ppo

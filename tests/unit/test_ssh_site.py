@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from hpctrain.backends import openssh
+from hpctrain.backends.ssh import openssh
 from hpctrain.errors import HpctrainError
-from hpctrain.loading import load_job
-from hpctrain.plan import make_plan
+from hpctrain.job.load import load_job
+from hpctrain.job.plan import make_plan
 
 JOB = {"name": "ws", "script": "train.py", "python": "python", "runs_dir": "/runs"}
 

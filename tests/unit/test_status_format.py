@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from hpctrain.backends.base import JobState, State
-from hpctrain.status import RunStatus
-from hpctrain.display import describe, format_status, format_table
+from hpctrain.follow.status import RunStatus
+from hpctrain.follow.display import describe, format_status, format_table
 
 
 def status(**kw) -> RunStatus:

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from hpctrain import status
+from hpctrain.follow import status
 from hpctrain.backends.base import JobState, State
 
 

@@ -3,7 +3,7 @@ import pytest
 
 from hpctrain.submission import prepare
 from hpctrain.errors import HpctrainError
-from hpctrain.loading import load_job
+from hpctrain.job.load import load_job
 
 BASE = {"name": "sw", "library": "command", "script": "train.py",
         "resources": {"nodes": 1, "time": "00:05:00"}}

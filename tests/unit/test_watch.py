@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from hpctrain.backends.base import JobState, State
-from hpctrain.curves import attempts, choose, read_run, read_session
-from hpctrain.display import WaitPrinter, format_status, format_table
+from hpctrain.follow.curves import attempts, choose, read_run, read_session
+from hpctrain.follow.display import WaitPrinter, format_status, format_table
 from hpctrain.errors import HpctrainError
-from hpctrain.progress import main_metric, of_run, summarize
+from hpctrain.follow.progress import main_metric, of_run, summarize
 from hpctrain.rank.records import Progress, RankIdentity, RunRecord, write_identity, write_progress
-from hpctrain.runs import Run
-from hpctrain.status import RunStatus
+from hpctrain.runs.records import Run
+from hpctrain.follow.status import RunStatus
 
 
 # ----------------------------------------------------------------------------- progress
@@ -114,7 +114,7 @@ def test_wait_prints_one_redrawn_line_on_a_terminal():
 def test_wait_prints_plain_lines_on_change_and_progress_at_most_every_interval(monkeypatch):
     out: list[str] = []
     clock = iter([0.0, 1.0, 2.0, 40.0, 41.0])
-    monkeypatch.setattr("hpctrain.display.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("hpctrain.follow.display.time.monotonic", lambda: next(clock))
     printer = WaitPrinter(live=False, write=out.append, ranks=True, every=30)
     printer(status())  # RUNNING, no progress yet
     printer(status([progress(step=5)]))  # the first progress: printed
@@ -196,7 +196,7 @@ def make_run(tmp_path: Path, array_size: int | None = None) -> Run:
 
 
 def test_plot_draws_a_png_with_every_task_and_the_main_metric_first(tmp_path):
-    from hpctrain.plot import plot
+    from hpctrain.follow.plot import plot
     run = make_run(tmp_path, array_size=2)
     for task in range(2):
         d = run.path / "tasks" / str(task) / "logs"
@@ -215,7 +215,7 @@ def test_plot_draws_a_png_with_every_task_and_the_main_metric_first(tmp_path):
 
 
 def test_plot_of_a_run_without_event_files_says_where_it_looked(tmp_path):
-    from hpctrain.plot import plot
+    from hpctrain.follow.plot import plot
     run = make_run(tmp_path)
     with pytest.raises(HpctrainError) as err:
         plot(run)
@@ -223,7 +223,7 @@ def test_plot_of_a_run_without_event_files_says_where_it_looked(tmp_path):
 
 
 def test_forward_line_reaches_this_machine():
-    from hpctrain.board import forward_line
+    from hpctrain.follow.board import forward_line
     assert forward_line(6007, host="login31.example.org", user="me") == \
         "ssh -N -L 6007:127.0.0.1:6007 me@login31.example.org"
 

@@ -1,0 +1,207 @@
+"""Slurm through its command-line tools: sbatch, squeue (scontrol, sacct as fallbacks), scancel.
+
+Templates: templates/slurm/ (the batch script: one srun step that starts one torchrun per node,
+the preemption trap and requeue from the batch shell).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...errors import HpctrainError
+from ...runs.records import Run
+from .. import commands
+from ..base import Backend, JobState, State
+from ..summary import fmt_elapsed, summarise
+
+# Slurm's job states (squeue/scontrol/sacct words) in hpctrain's vocabulary.
+SLURM_STATES = {
+    "PENDING": State.PENDING, "CONFIGURING": State.PENDING, "REQUEUED": State.REQUEUED,
+    "REQUEUE_HOLD": State.REQUEUED, "REQUEUE_FED": State.REQUEUED, "RESV_DEL_HOLD": State.PENDING,
+    "RUNNING": State.RUNNING, "COMPLETING": State.RUNNING, "SIGNALING": State.RUNNING,
+    "STAGE_OUT": State.RUNNING, "RESIZING": State.RUNNING, "UPDATE_DB": State.RUNNING,
+    "SUSPENDED": State.SUSPENDED, "STOPPED": State.SUSPENDED,
+    "COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "SPECIAL_EXIT": State.FAILED,
+    "CANCELLED": State.CANCELLED, "REVOKED": State.CANCELLED, "TIMEOUT": State.TIMEOUT,
+    "DEADLINE": State.TIMEOUT, "PREEMPTED": State.PREEMPTED, "NODE_FAIL": State.NODE_FAIL,
+    "BOOT_FAIL": State.NODE_FAIL, "OUT_OF_MEMORY": State.OUT_OF_MEMORY,
+}
+
+
+def _state(rec) -> JobState:  # rec: slurm_records.Record
+    state = SLURM_STATES.get(rec.state, State.UNKNOWN)
+    return JobState(state=state, raw=rec.state,
+                    exit_code=rec.exit_code if state.done else None,
+                    reason=rec.reason, nodes=rec.nodes, elapsed=fmt_elapsed(rec.elapsed()),
+                    restarts=rec.restarts, job=rec.name, dependency=rec.dependency)
+
+
+def directive_value(value: str) -> str:
+    """A value as an `#SBATCH` line carries it: sbatch ends an unquoted value at a space or a
+    `#` (measured on 22.05: `--comment=a#b c` became "a"), and reads double quotes itself.
+    sbatch reads `'` as a quote too (`--comment=a'b` is refused, `--comment='x'` became x), but
+    not inside double quotes. Values never hold `"` or `\\` (job/checks.py, job/sbatch_options.py)."""
+    return f'"{value}"' if any(c in value for c in " #'") else value
+
+
+class SlurmBackend(Backend):
+    name = "slurm"
+    script_name = "job.sbatch"
+    preemption = True
+    writes_directives = True
+    container_runtimes = ("apptainer", "singularity", "pyxis", "podman", "docker")
+    dependencies = True
+    first_node = '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+
+    def every_node(self, command: str) -> str | None:
+        return ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
+                f'--ntasks-per-node=1 --cpus-per-task=1 {command}')
+
+    @classmethod
+    def check_site(cls, site, doc) -> None:
+        # Only a site that mentions a login node pays for importing the ssh side: every
+        # command (render included) loads a site.
+        if site.login is None and not any(key in doc for key in ("remote", "ssh")):
+            return
+        from . import login as remote
+        remote.check_site(site, doc)
+
+    def header(self, directives: list[tuple[str, str | None]]) -> list[str]:
+        return [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={directive_value(v)}"
+                for k, v in directives]
+
+    def submit_command(self, script: Path, plan=None) -> list[str]:
+        return ["sbatch", "--parsable", str(script)]
+
+    def submit(self, run: Run, prep) -> str:
+        try:
+            out = commands.run(self.submit_command(prep.run_dir / prep.script_name))
+        except commands.SchedulerError as exc:
+            raise HpctrainError(f"sbatch refused the job: {exc.stderr or exc}",
+                                fix="check partition/account/qos/time against `sinfo` and the site "
+                                "profile; `hpctrain submit --dry-run` shows the script") from None
+        return out.strip().split(";")[0]
+
+    def resubmit(self, run: Run, exclude: list[str]) -> str:
+        cmd = ["sbatch", "--parsable"]
+        if exclude:
+            cmd.append(f"--exclude={','.join(exclude)}")
+        try:
+            out = commands.run([*cmd, str(run.path / self.script_name)])
+        except commands.SchedulerError as exc:
+            raise HpctrainError(f"sbatch refused the resumed job: {exc.stderr or exc}",
+                                fix="check the nodes left out (`hpctrain status RUN`) against "
+                                "`sinfo`; the run's script is " + str(run.path / self.script_name)
+                                ) from None
+        return out.strip().split(";")[0]
+
+    # ------------------------------------------------------------------------------ state
+
+    def states(self, runs: list[Run]) -> list[JobState]:
+        from . import records as slurm_records
+        ids = [str(r.record.job_id) for r in runs]
+        records = self._query(ids)
+        missing = [i for i in ids if not any(slurm_records.belongs(r, i) for r in records)]
+        if missing and _accounting_enabled():
+            records += slurm_records.parse_sacct(commands.run(
+                ["sacct", "-X", "-P", "-n", "-o", slurm_records.SACCT_FIELDS,
+                 "-j", ",".join(missing)]))
+        return [self._one(run, [r for r in records if slurm_records.belongs(r, str(run.record.job_id))
+                                or r.job_id.split("_")[0] == str(run.record.job_id)])
+                for run in runs]
+
+    @staticmethod
+    def _query(ids: list[str]):
+        """Every job record slurmctld holds for these ids, in ONE request whatever their number.
+        squeue's job filter is passed for the releases that honour it (22.05 returns the whole
+        queue with --json anyway; the records are filtered here)."""
+        from . import records as slurm_records
+        command = ["squeue", "--json", "--all", "--states=all", f"--jobs={','.join(ids)}"]
+        try:
+            text = commands.run(command)
+        except commands.SchedulerError as exc:
+            if exc.status is None or "Invalid job id" in exc.stderr:
+                raise
+            # A release without --json: scontrol's one-line records, all jobs in one request.
+            return slurm_records.parse_scontrol(commands.run(["scontrol", "-o", "show", "job"]))
+        # squeue --json exits 0 when the controller cannot be reached, and says so inside.
+        errors = slurm_records.squeue_errors(text)
+        if errors:
+            raise commands.SchedulerError(command, 0, "; ".join(errors))
+        return slurm_records.parse_squeue_json(text)
+
+    @staticmethod
+    def _one(run: Run, records) -> JobState:
+        rec = run.record
+        job_id = str(rec.job_id)
+        if not rec.array_size:
+            mine = next((r for r in records if r.job_id == job_id), None)
+            if mine is None:
+                return JobState(State.UNKNOWN, job=job_id,
+                                reason="Slurm no longer remembers this job (it ended more than "
+                                "MinJobAge ago and the cluster keeps no accounting)")
+            return _state(mine)
+        tasks = []
+        for i in range(rec.array_size):
+            done = next((r for r in records if r.task == i), None)
+            pending = next((r for r in records if i in r.pending_tasks), None)
+            if done is not None:
+                tasks.append(_state(done))
+            elif pending is not None:
+                st = _state(pending)
+                st.job, st.exit_code, st.elapsed = f"{job_id}_{i}", None, None
+                tasks.append(st)
+            else:
+                # A pending task that was cancelled leaves no record at all.
+                tasks.append(JobState(State.CANCELLED if rec.cancelled else State.UNKNOWN,
+                                      job=f"{job_id}_{i}"))
+        return summarise(job_id, tasks)
+
+    def adopt(self, run: Run) -> str | None:
+        """The job whose output file lies in this run's logs/ (every job script names it)."""
+        from . import records as slurm_records
+        command = ["squeue", "--json", "--all", "--states=all"]
+        text = commands.run(command)
+        errors = slurm_records.squeue_errors(text)
+        if errors:
+            raise commands.SchedulerError(command, 0, "; ".join(errors))
+        mine = f"{run.path}/logs/"
+        for rec in slurm_records.parse_squeue_json(text):
+            if rec.stdout and rec.stdout.startswith(mine):
+                return rec.array_job_id or rec.job_id
+        return None
+
+    # ------------------------------------------------------------------------------ control
+
+    def cancel(self, run: Run) -> None:
+        self.abort(str(run.record.job_id))  # the array's id cancels every task
+
+    def abort(self, job_id: str) -> None:
+        commands.run(["scancel", str(job_id)])
+
+    def output_files(self, run: Run, task: int | None = None) -> list[Path]:
+        # An array task's batch output lies in the array's logs/ (Slurm names it), not in tasks/<i>/.
+        pattern = f"logs/slurm-*_{task}.out" if task is not None else "logs/slurm-*.out"
+        return sorted(run.path.glob(pattern), key=_task_order)
+
+
+def _task_order(path: Path) -> tuple:
+    tail = path.stem.rsplit("_", 1)[-1]
+    return (int(tail) if tail.isdigit() else -1, path.stat().st_mtime if path.exists() else 0)
+
+
+_accounting: dict = {}  # by where the tools run (here: None, or a login node's key)
+
+
+def _accounting_enabled() -> bool:
+    """Whether sacct can answer (AccountingStorageType is not accounting_storage/none); asked
+    once per process and cluster, and only when squeue no longer knows a job."""
+    login = commands.where()
+    key = getattr(login, "key", None)
+    if key not in _accounting:
+        try:
+            text = commands.run(["scontrol", "show", "config"])
+        except commands.SchedulerError:
+            return False
+        line = next((ln for ln in text.splitlines() if ln.startswith("AccountingStorageType")), "")
+        _accounting[key] = bool(line) and "accounting_storage/none" not in line
+    return _accounting[key]

@@ -1,0 +1,111 @@
+"""`hpctrain plot RUN`: a PNG of the run's scalar curves, one panel per metric, one curve per
+sweep task, stitched across restarts and requeues (follow/curves.py), each attempt's start marked.
+
+matplotlib (the `watch` extra) is imported only here, through its object API (no pyplot, no
+display needed), and only when a plot is drawn.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from .curves import Curve, choose, read_run
+from ..errors import HpctrainError
+from ..runs.records import Run
+
+
+@dataclass
+class Plot:
+    path: str
+    curves: list[Curve]
+    shown: list[str]  # the metrics drawn, in panel order
+    left_out: int  # metrics there was no panel for (choose them with --metric)
+
+
+def main_scalars(library: str) -> tuple[str, ...]:
+    from ..libraries import adapter
+    try:
+        return adapter(library).main_scalars
+    except KeyError:
+        return ()
+
+
+def _ordered(tags: list[str], main: tuple[str, ...]) -> tuple[str, ...]:
+    """The library's main metrics, then anything named like a reward or return."""
+    rewardish = tuple(t for t in tags if "reward" in t.lower() or "return" in t.lower())
+    return main + tuple(t for t in rewardish if t not in main)
+
+
+def run_curves(run: Run, metrics: list[str], limit: int = 12) -> tuple[list[Curve], list[str], int]:
+    """The stitched curves to draw (every task's, for each chosen metric), the metrics in
+    panel order, and how many metrics were left out by the limit."""
+    rec = run.record
+    scalars = read_run(str(run.path), rec.array_size)
+    if not scalars:
+        where = "its tasks' directories" if rec.array_size else "it"
+        raise HpctrainError(f"run {run.id} has no TensorBoard event files yet (looked in {run.path}"
+                            f" and every folder under {where})",
+                            fix="the libraries write them as they train (rank 0, every few "
+                            "iterations); a program of your own: write them under "
+                            "$HPCTRAIN_RUN_DIR (torch.utils.tensorboard.SummaryWriter)")
+    tags = sorted({t for s in scalars for t in s.tags})
+    shown = choose(tags, metrics, _ordered(tags, main_scalars(rec.library)), limit=limit)
+    left_out = 0 if metrics else max(0, len(tags) - len(shown))
+    curves = [s.curve(tag) for tag in shown for s in scalars if tag in s.tags]
+    return curves, shown, left_out
+
+
+def draw(curves: list[Curve], shown: list[str], path: str, title: str) -> None:
+    """One panel per metric; a curve per task; dotted lines where attempts began."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    cols = 1 if len(shown) == 1 else 2
+    rows = math.ceil(len(shown) / cols)
+    fig = Figure(figsize=(6.4 * cols, 3.4 * rows + 0.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    tasks = sorted({c.task for c in curves}, key=lambda t: -1 if t is None else t)
+    colors = {t: f"C{i % 10}" for i, t in enumerate(tasks)}
+    for ax, tag in zip(axes, shown):
+        for curve in (c for c in curves if c.tag == tag):
+            label = "run" if curve.task is None else f"task {curve.task}"
+            ax.plot(curve.steps, curve.values, color=colors[curve.task], linewidth=1.4,
+                    label=label if len(tasks) > 1 else None)
+            if curve.attempts > 1:
+                for i, start in enumerate(curve.attempt_starts):
+                    ax.axvline(start, color=colors[curve.task], linestyle=":", linewidth=1)
+                    ax.annotate(f"attempt {i + 1}", (start, 1), xycoords=("data", "axes fraction"),
+                                xytext=(2, -2), textcoords="offset points", va="top",
+                                fontsize=7, color=colors[curve.task])
+        ax.set_title(tag, fontsize=10)
+        ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        if len(tasks) > 1:
+            ax.legend(fontsize=7)
+    for ax in axes[len(shown):]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=11)
+    fig.savefig(path, dpi=100)
+
+
+def plot(run: Run, metrics: list[str] | None = None, out: str | None = None) -> Plot:
+    """Draw the run's curves into `out` (default RUN_DIR/plots/curves.png)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise HpctrainError("plotting needs matplotlib",
+                            fix="pip install 'hpctrain[watch]' (tensorboard and matplotlib)") from None
+    curves, shown, left_out = run_curves(run, list(metrics or []))
+    path = os.path.abspath(out or os.path.join(run.path, "plots", "curves.png"))
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except OSError as exc:
+        raise HpctrainError(f"cannot create {os.path.dirname(path)}: {exc.strerror}",
+                            fix="give a writable --out PATH") from None
+    rec = run.record
+    draw(curves, shown, path, f"{rec.name}  ({run.id}, {rec.library})")
+    return Plot(path=path, curves=curves, shown=shown, left_out=left_out)

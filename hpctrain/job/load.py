@@ -1,0 +1,182 @@
+"""Load a job: job file (or dict) + site profile + overrides -> a validated Job.
+
+Every user error is raised here, with where its value came from (schema/origins.py); a Job that loads
+can be planned and rendered. A sweep is expanded and every task validated here too.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable
+
+import msgspec
+
+from . import sites
+from .checks import check, check_sweep, check_text, fill_resources, sweep_points
+from ..errors import HpctrainError
+from ..schema.origins import Origins
+from ..schema.spec import JobSpec, SiteProfile, deep_merge, explain, parse_override, set_path
+from ..schema.yamlfile import Located, load_file
+
+DEFAULT_SITE = "local"
+
+
+class Task(msgspec.Struct, frozen=True):
+    """One task of a sweep: what it changes, and the whole job it is."""
+    index: int
+    values: dict
+    job: "Job"
+
+
+class Job(msgspec.Struct, frozen=True, kw_only=True):
+    """A validated job on a site: everything `plan` needs, nothing it must look up."""
+    spec: JobSpec
+    site: SiteProfile
+    source: str  # the job file, or "<python>" for a job built in Python
+    workdir: str  # where relative paths resolve at run time: the directory it was loaded in, as sbatch does
+    site_ref: str = "local"  # the site as the user named it (a name or a profile path)
+    warnings: tuple[str, ...] = ()
+    raw: dict = msgspec.field(default_factory=dict)  # the merged document, pre-validation
+    tasks: tuple[Task, ...] = ()  # a sweep's tasks, each a whole job; () without a sweep
+    origins: Any = None  # origins.Origins: where each key came from, for later errors
+    # The runs this job waits for, resolved (chains.resolve): ({mode, run_id, job_id, path}, ...)
+    after: tuple = ()
+
+    def resolved(self) -> dict:
+        """The job as validated, defaults included: what the run directory records."""
+        return msgspec.to_builtins(self.spec)
+
+
+def _site_choice(cli_site: str | None, doc: dict) -> tuple[str, str | None]:
+    """The site's name or path, and how it was chosen when that is not obvious (for errors)."""
+    if cli_site:
+        return cli_site, None
+    if doc.get("site"):
+        return str(doc["site"]), None
+    if os.environ.get("HPCTRAIN_SITE"):
+        return os.environ["HPCTRAIN_SITE"], "from $HPCTRAIN_SITE"
+    return DEFAULT_SITE, None
+
+
+def load_job(source: str | os.PathLike | dict | Job | None = None, *, site: str | None = None,
+             overrides: Iterable[str] = (), after: Any = None, **values: Any) -> Job:
+    """Load and validate a job.
+
+    source: a job.yaml path, a dict with the same keys, a loaded Job (to override it), or None
+    and keyword arguments.
+    site: a site name or profile path; wins over the job's own `site`.
+    overrides: `key.path=value` strings, as `--set` takes them; applied last.
+    after: runs this job waits for, as `--after` takes them (a run id, directory, job id, a
+    Handle; "afterany:RUN"): replaces the job's own `after`.
+    values: job keys given directly (Python use), applied after the source, before overrides.
+    """
+    if isinstance(source, Job):
+        data = dict(source.raw)
+        data.pop("site", None)
+        return load_job(data, site=site or source.site_ref, overrides=overrides, after=after,
+                        **values)
+    if source is None or isinstance(source, dict):
+        doc = Located(dict(source or {}), "<python>", {})
+    else:
+        doc = load_file(source)
+    data: dict = dict(doc)
+    for key, value in values.items():
+        data = set_path(data, (key,), value)
+    set_args: dict[tuple, str] = {}
+    for text in overrides:
+        path, value = parse_override(text)
+        try:
+            data = set_path(data, path, value)
+        except ValueError as exc:
+            raise HpctrainError(f"cannot set {'.'.join(path)}: {exc}", f"--set {text}",
+                                "give a whole list (--set 'args=[a, b]') or an existing index"
+                                ) from None
+        set_args[path] = text
+    flags: dict[tuple, str] = {}
+    if after is not None:
+        from .chains import as_text
+        refs = [after] if isinstance(after, (str, os.PathLike)) or not hasattr(after, "__iter__") \
+            else list(after)
+        data["after"] = [as_text(r) for r in refs]
+        flags[("after",)] = " ".join(f"--after {r}" for r in data["after"])
+
+    site_name, site_from = _site_choice(site, data)
+    try:
+        profile, site_doc = sites.load(site_name)
+    except HpctrainError as exc:
+        if site_from:
+            exc = HpctrainError(f"{exc.what} ({site_from})", exc.where, exc.fix)
+        raise exc from None
+    job = _validated(doc, data, profile, site_doc, site_name, set_args, flags, site_from)
+    if job.spec.sweep is not None:
+        job = _with_tasks(job, site_doc)
+    return job
+
+
+def _validated(doc: Located, data: dict, profile: SiteProfile, site_doc: Located, site_name: str,
+               set_args: dict, flags: dict, site_from: str | None, checked: Any = None) -> Job:
+    """The job `data` on its site, every check made. `checked`: the only values that still need
+    the control-character scan (a sweep task's point: the rest of its document was scanned in
+    the sweep's own job); None: scan the whole document."""
+    data["site"] = profile.name
+    merged = deep_merge(profile.defaults, data)
+    env_keys = {("runs_dir",): "HPCTRAIN_RUNS_DIR"} if "runs_dir" not in merged \
+        and os.environ.get("HPCTRAIN_RUNS_DIR") else {}
+    where = Origins(doc, site_doc, profile.name, set_args, env_keys, site_from, flags)
+    if checked is None:
+        check_text(merged, where)
+        if env_keys:
+            check_text({"runs_dir": os.environ["HPCTRAIN_RUNS_DIR"]}, where)
+    else:
+        for key, value in checked.items():
+            check_text(value, where, tuple(key.split(".")))
+
+    try:
+        spec = msgspec.convert(merged, JobSpec)
+    except msgspec.ValidationError as exc:
+        raise explain(exc, JobSpec, where, merged) from None
+    spec, notes = fill_resources(spec, profile, where)
+    warnings = notes + check(spec, profile, where)
+    from .chains import resolve
+    return Job(spec=spec, site=profile, source=doc.source, workdir=os.getcwd(),
+               warnings=tuple(dict.fromkeys(warnings)), raw=merged, site_ref=site_name,
+               origins=where, after=resolve(spec, profile, where))
+
+
+def _with_tasks(job: Job, site_doc: Located) -> Job:
+    """The sweep's tasks, each a whole job validated as if loaded alone (from a dict, on the
+    sweep's site), and each error named by its task and values. What every task shares is
+    checked once: the site profile is the sweep's own (loaded and checked once, not looked up
+    again per task), and the control-character scan of the shared document was made on the
+    sweep's job, whose document holds every task's values too (under `sweep:`), so a task
+    scans only its own point. The schema, the resource fill and every job check run per task:
+    they depend on what the task changes."""
+    where = job.origins
+    check_sweep(job.spec, job.site, where)
+    base = dict(job.raw)
+    base.pop("sweep", None)
+    base.pop("site", None)
+    base.pop("after", None)  # the array waits (job/sweep.py); its tasks, resubmitted alone, do not
+    tasks = []
+    warnings = list(job.warnings)
+    for i, point in enumerate(sweep_points(job.spec.sweep)):
+        data = base
+        try:
+            for key, value in point.items():
+                data = set_path(data, tuple(key.split(".")), value)
+            task = _validated(Located(data, "<python>", {}), dict(data), job.site, site_doc,
+                              job.site_ref, set_args={}, flags={}, site_from=None, checked=point)
+        except ValueError as exc:
+            raise HpctrainError(f"sweep task {i}: {exc}", where(("sweep",)),
+                                "sweep keys name job keys, e.g. env.LR or args") from None
+        except HpctrainError as exc:
+            shown = ", ".join(f"{k}={v!r}" for k, v in point.items())
+            raise HpctrainError(f"sweep task {i} ({shown}): {exc.what}", where(("sweep",)),
+                                exc.fix) from None
+        warnings += task.warnings
+        # The tasks run where the job file was loaded, whatever the current directory is now.
+        tasks.append(Task(i, point, msgspec.structs.replace(
+            task, source=job.source, workdir=job.workdir, warnings=())))
+    return msgspec.structs.replace(job, tasks=tuple(tasks), warnings=tuple(dict.fromkeys(warnings)))
+
+
+__all__ = ["Job", "Task", "load_job", "HpctrainError"]

@@ -1,0 +1,236 @@
+"""The code snapshot: a job runs the code as it was at submit, not whatever the tree holds later.
+
+A requeued job, a job that waited in the queue for a day, and a `submit --resume` all start
+the program again; without a copy they would run the user's latest edits, half-finished ones
+included. So by default `submit` copies the code into the run directory, RUN_DIR/code/, and the
+job runs from there (TorchX's workspace, submitit's RsyncSnapshot and NeMo-Run's packager do the
+same):
+
+- in a git checkout (the nearest directory above the working directory with .git): the
+  checkout's tracked files as they are in the working tree — uncommitted changes included —
+  plus untracked files that git does not ignore (a new script not yet added); the job runs in
+  the same place inside the copy (code/<path of the working directory in the checkout>);
+- elsewhere: the working directory minus the patterns of its .gitignore and DEFAULT_IGNORES.
+
+Either way the patterns of a .hpctrainignore file at the top and `snapshot.exclude` are left
+out, and so are the runs directory and hpctrain's own state when they lie inside. The size is
+reported at submit and capped (`snapshot.max_mb`, checked before anything is written);
+`snapshot: false` runs the live tree. run.json records what was copied (RunRecord.snapshot)
+and RUN_DIR/code-files.txt lists every file.
+
+Only the program's side moves: `setup` lines and modules still run where the job was submitted
+(a venv's activate script, say, is not code), and relative paths to the interpreter are made
+absolute from there. Absolute paths in the job (an Isaac Lab checkout) are used as they are.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+
+from ..errors import HpctrainError
+from ..schema.spec import Snapshot
+
+CODE_DIR = "code"
+FILE_LIST = "code-files.txt"
+IGNORE_FILE = ".hpctrainignore"
+# Without git: what no job needs to run and what is often large.
+# Applied to git's untracked files too: a virtualenv symlinked into a checkout (`.venv-x ->
+# /elsewhere`) is not ignored by a `.venv*/` line, and a copy that follows it is gigabytes.
+DEFAULT_IGNORES = (".git/", "__pycache__/", "*.py[cod]", ".venv*", "venv",
+                   "*.egg-info/", ".pytest_cache/", ".mypy_cache/", ".ipynb_checkpoints/",
+                   "node_modules/", "wandb/", "runs/", "outputs/", "multirun/")
+
+
+class Source(msgspec.Struct, kw_only=True):
+    """What a snapshot copies: files relative to `root`, found by `method`."""
+    root: str
+    rel: str  # the working directory, relative to root ("" when it is the root)
+    method: str  # git | directory
+    files: list[str]
+    bytes: int
+    commit: str | None = None
+    dirty: bool | None = None
+
+    def describe(self) -> str:
+        origin = (f"git {self.commit[:12]}" + (", uncommitted changes included" if self.dirty else "")
+                  if self.method == "git" and self.commit else self.method)
+        return f"{len(self.files)} files, {human(self.bytes)} from {self.root} ({origin})"
+
+    def record(self, run_dir: Path) -> dict:
+        """What run.json keeps of it."""
+        return {"dir": str(run_dir / CODE_DIR), "workdir": self.rel, "source": self.root,
+                "method": self.method, "files": len(self.files), "bytes": self.bytes,
+                "commit": self.commit, "dirty": self.dirty, "list": FILE_LIST}
+
+
+def human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def git_root(workdir: str) -> str | None:
+    """The checkout the working directory is in: the nearest directory above with .git (a
+    directory, or a file for worktrees and submodules). Cheap: render asks it too."""
+    d = os.path.abspath(workdir)
+    while True:
+        if os.path.exists(os.path.join(d, ".git")):
+            return d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
+
+
+def root_of(workdir: str) -> tuple[str, str]:
+    """(the directory copied, the working directory relative to it)."""
+    root = git_root(workdir) or os.path.abspath(workdir)
+    rel = os.path.relpath(os.path.abspath(workdir), root)
+    return root, "" if rel == "." else rel
+
+
+def run_workdir(code_dir: str, workdir: str) -> str:
+    """Where the program runs inside the snapshot at code_dir."""
+    _, rel = root_of(workdir)
+    return os.path.join(code_dir, rel) if rel else code_dir
+
+
+def _spec(lines):
+    import pathspec
+    return pathspec.GitIgnoreSpec.from_lines([ln for ln in lines if ln.strip()])
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return [ln.rstrip("\n") for ln in f if not ln.startswith("#")]
+    except OSError:
+        return []
+
+
+def _inside(path: str, root: str) -> str | None:
+    """path relative to root when it lies inside it, else None."""
+    try:
+        rel = os.path.relpath(os.path.realpath(path), os.path.realpath(root))
+    except ValueError:
+        return None
+    return None if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
+
+
+def _git_files(root: str) -> list[str] | None:
+    """The checkout's tracked files, and its untracked ones that neither git nor
+    DEFAULT_IGNORES ignore."""
+    import subprocess
+
+    def ls(*args: str) -> list[str] | None:
+        try:
+            proc = subprocess.run(["git", "-C", root, "ls-files", "-z", *args],
+                                  capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if proc.returncode != 0:
+            return None
+        return [n for n in proc.stdout.decode(errors="surrogateescape").split("\0") if n]
+    tracked, others = ls("--cached"), ls("--others", "--exclude-standard")
+    if tracked is None or others is None:
+        return None
+    base = _spec(DEFAULT_IGNORES)
+    return sorted(set(tracked) | {n for n in others if not base.match_file(n)})
+
+
+def _walk(root: str, ignore) -> list[str]:
+    out = []
+    for d, dirs, files in os.walk(root):
+        rel_d = os.path.relpath(d, root)
+        rel_d = "" if rel_d == "." else rel_d
+        dirs[:] = sorted(x for x in dirs if not ignore.match_file(os.path.join(rel_d, x) + "/"))
+        out += [os.path.join(rel_d, f) for f in sorted(files)
+                if not ignore.match_file(os.path.join(rel_d, f))]
+    return out
+
+
+def collect(workdir: str, settings: Snapshot, skip: list[str]) -> Source:
+    """List what a snapshot of `workdir` copies; `skip`: directories never copied (the runs
+    directory, hpctrain's state) when they lie inside."""
+    root, rel = root_of(workdir)
+    extra = _spec(_read_lines(os.path.join(root, IGNORE_FILE)) + list(settings.exclude))
+    skipped = [r for r in (_inside(p, root) for p in skip) if r and r != "."]
+    method, commit, dirty = "directory", None, None
+    names = _git_files(root) if git_root(workdir) else None
+    if names is not None:
+        method = "git"
+        from .records import git_state
+        state = git_state(root)
+        commit, dirty = state.get("commit"), state.get("dirty")
+    else:
+        base = _spec(list(DEFAULT_IGNORES) + _read_lines(os.path.join(root, ".gitignore")))
+        names = _walk(root, base)
+    files, total = [], 0
+    for name in names:
+        if extra.match_file(name) or any(name == s or name.startswith(s + os.sep) for s in skipped):
+            continue
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue  # deleted in the tree, not yet in the index
+        if os.path.isdir(path) and not os.path.islink(path):
+            # A submodule (git lists it as one entry): its files, without its .git.
+            for sub in _walk(path, _spec([".git/", ".git"])):
+                try:
+                    total += os.lstat(os.path.join(path, sub)).st_size
+                except OSError:
+                    continue
+                files.append(os.path.join(name, sub))
+            continue
+        total += st.st_size
+        files.append(name)
+    return Source(root=root, rel=rel, method=method, files=files, bytes=total, commit=commit,
+                  dirty=dirty)
+
+
+def check_size(source: Source, settings: Snapshot, where: str | None) -> None:
+    limit = settings.max_mb * 1024 * 1024
+    if source.bytes <= limit:
+        return
+    sizes: dict[str, int] = {}
+    for name in source.files:
+        top = name.split(os.sep, 1)[0] + ("/" if os.sep in name else "")
+        try:
+            sizes[top] = sizes.get(top, 0) + os.lstat(os.path.join(source.root, name)).st_size
+        except OSError:
+            continue
+    biggest = ", ".join(f"{k} {human(v)}" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1])[:4])
+    raise HpctrainError(
+        f"the code snapshot would copy {source.describe()}: more than snapshot.max_mb="
+        f"{settings.max_mb} (largest: {biggest})", where,
+        f"leave out what the job does not need (snapshot.exclude, or a {IGNORE_FILE} file in "
+        f"{source.root}, gitignore syntax), raise snapshot.max_mb, or run the live tree with "
+        "snapshot: false")
+
+
+def copy(source: Source, run_dir: Path) -> None:
+    """Copy the listed files into RUN_DIR/code and write RUN_DIR/code-files.txt."""
+    import shutil
+    dest = run_dir / CODE_DIR
+    dest.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for name in source.files:
+        src, dst = os.path.join(source.root, name), dest / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dst)
+            else:
+                shutil.copy2(src, dst)
+        except FileNotFoundError:
+            continue  # removed since it was listed
+        copied.append(name)
+    if source.rel:
+        (dest / source.rel).mkdir(parents=True, exist_ok=True)  # the job starts there
+    (run_dir / FILE_LIST).write_text("".join(f"{n}\n" for n in copied),
+                                     errors="surrogateescape")
