@@ -9,7 +9,7 @@ start=$SECONDS
 bash scripts/install-system-deps.sh
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
 # torch is pinned by constraints.txt: any other version would pull GBs of CUDA packages.
-.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,rl,jax,watch]'
+.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,rl,jax,watch,docs]'
 # DI-engine cannot share that venv (its setuptools pin conflicts with torch's): its own, ~1-2 min.
 bash scripts/install-ding-venv.sh
 echo "install: $((SECONDS - start)) s"
