@@ -4,6 +4,10 @@ One schema (msgspec Structs) checks job files and site profiles. msgspec rather 
 because `hpctrain render` must start in well under 0.2 s: pydantic's import plus model build
 costs ~0.1 s, msgspec's ~0.015 s, with the same strictness (unknown keys, types, bounds).
 Merging order: site defaults < job file < `--set key.path=value`.
+
+Every field carries its one-line meaning beside it, `Annotated[T, Meta(description=...)]`: the
+manual's job.yaml and site-profile references are generated from these (scripts/gen-reference.py),
+and tests/unit/test_reference.py fails while a field has none or a page is out of date.
 """
 
 import os
@@ -35,55 +39,97 @@ class _Strict(Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=Tr
 
 
 class Resources(_Strict):
-    nodes: Count = 1
-    gpus_per_node: NonNeg = 0
-    procs_per_node: Count | None = None  # ranks per node; None: gpus_per_node, or 1 without GPUs
-    # CPUs per rank; None: what the library says a rank needs (libraries/*: rank_needs), else 1.
-    cpus_per_proc: Count | None = None
-    mem: Memory | None = None  # per node, Slurm's --mem
-    # Per CPU, Slurm's --mem-per-cpu (not with mem); None: the library's need, else the site's.
-    mem_per_cpu: Memory | None = None
-    time: SlurmTime = "01:00:00"
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    constraint: str | None = None
-    exclusive: bool = False
+    nodes: Annotated[Count, Meta(description="nodes of the job; one torchrun on each")] = 1
+    gpus_per_node: Annotated[NonNeg, Meta(description=(
+            "GPUs per node; every rank sees all of them and the bootstrap pins "
+            "cuda:LOCAL_RANK"))] = 0
+    procs_per_node: Annotated[Count | None, Meta(description=(
+            "ranks per node; null: gpus_per_node, or 1 without GPUs"))] = None
+    cpus_per_proc: Annotated[Count | None, Meta(description=(
+            "CPUs per rank (--cpus-per-task = ranks x this); null: the library's "
+            "need (Isaac Lab: 8), else 1"))] = None
+    mem: Annotated[Memory | None, Meta(description=(
+            "memory per node, Slurm's --mem (not with mem_per_cpu); null: the "
+            "site's"))] = None
+    mem_per_cpu: Annotated[Memory | None, Meta(description=(
+            "memory per CPU, Slurm's --mem-per-cpu (not with mem); null: the "
+            "library's need (Isaac Lab: 4048M), else the site's"))] = None
+    time: Annotated[SlurmTime, Meta(description=(
+            "time limit in Slurm's format: M, M:S, H:M:S, D-H, D-H:M or D-H:M:S"))] = "01:00:00"
+    partition: Annotated[str | None, Meta(description=(
+            "Slurm partition; null: the site's default"))] = None
+    account: Annotated[str | None, Meta(description="Slurm account to charge")] = None
+    qos: Annotated[str | None, Meta(description="Slurm quality of service")] = None
+    constraint: Annotated[str | None, Meta(description=(
+            "Slurm node features (--constraint), e.g. gpu"))] = None
+    exclusive: Annotated[bool, Meta(description="whole nodes for this job (--exclusive)")] = False
 
 
 class Launcher(_Strict):
     """How torchrun runs the ranks; timeouts in seconds, None = sized to the job."""
-    max_restarts: NonNeg = 0  # torchrun restarts of the whole worker group inside one allocation
-    join_timeout: Seconds | None = None  # all nodes must join the rendezvous within this
-    last_call_timeout: Seconds | None = None  # grace for late nodes once the minimum joined
-    close_timeout: Seconds | None = None
-    collective_timeout: Seconds | None = None  # process-group (NCCL/gloo) collective timeout
-    monitor_interval: Annotated[float, Meta(gt=0)] | None = None
-    preflight: bool | None = None  # None: on for multi-node jobs
-    preflight_timeout: Seconds | None = None  # every node must reach the head within this
-    # No rank has progressed for this long: the ranks are ended (and restarted or requeued).
-    hang_timeout: Seconds | None = None  # None: no hang detection
+    max_restarts: Annotated[NonNeg, Meta(description=(
+            "torchrun restarts of the whole worker group inside one allocation; "
+            "the ranks resume from the newest checkpoint"))] = 0
+    join_timeout: Annotated[Seconds | None, Meta(description=(
+            "seconds for all nodes to join the c10d rendezvous; null: 600, 1200 "
+            "above 64 nodes"))] = None
+    last_call_timeout: Annotated[Seconds | None, Meta(description=(
+            "seconds of grace for late nodes once the minimum joined; null: 30, "
+            "120 above 64 nodes"))] = None
+    close_timeout: Annotated[Seconds | None, Meta(description=(
+            "seconds before a closed rendezvous gives up on stragglers; null: 60"))] = None
+    collective_timeout: Annotated[Seconds | None, Meta(description=(
+            "default timeout in seconds of every process group (NCCL/gloo) "
+            "collective; null: torch's"))] = None
+    monitor_interval: Annotated[Annotated[float, Meta(gt=0)] | None, Meta(description=(
+            "seconds between torchrun's checks on its worker processes; null: "
+            "torchrun's"))] = None
+    preflight: Annotated[bool | None, Meta(description=(
+            "check before training that every node reaches the head and every "
+            "rank meets the others; null: on for multi-node jobs"))] = None
+    preflight_timeout: Annotated[Seconds | None, Meta(description=(
+            "seconds for every node to reach the head, and every rank the rank "
+            "check; null: 60"))] = None
+    hang_timeout: Annotated[Seconds | None, Meta(description=(
+            "seconds without progress from any rank before the ranks are ended, "
+            "restarted or requeued; null: no hang detection"))] = None
 
 
 class Preemption(_Strict):
     """What happens ahead of the time limit or on preemption (see hpctrain/job/preemption.py); on
     schedulers without preemption (this machine) these settings do nothing."""
-    enabled: bool = True  # False: no --signal/--requeue, the job simply ends at its limit
-    signal: Literal["USR1", "USR2", "TERM", "INT", "HUP", "URG"] = "USR2"
-    lead_time: Seconds = 120  # seconds before the time limit that Slurm sends the signal
-    grace: Seconds = 90  # how long the ranks get to save after the signal
-    requeue: bool = True
-    max_requeues: NonNeg = 3  # compared with SLURM_RESTART_COUNT (requeues of any cause)
+    enabled: Annotated[bool, Meta(description=(
+            "false: no --signal/--requeue, the job simply ends at its limit"))] = True
+    signal: Annotated[Literal["USR1", "USR2", "TERM", "INT", "HUP", "URG"], Meta(description=(
+            "the signal Slurm sends lead_time seconds before the limit "
+            "(--signal=B:SIG@lead_time); the ranks save on it"))] = "USR2"
+    lead_time: Annotated[Seconds, Meta(description=(
+            "seconds before the time limit that Slurm sends the signal"))] = 120
+    grace: Annotated[Seconds, Meta(description=(
+            "seconds the ranks get to save after the signal"))] = 90
+    requeue: Annotated[bool, Meta(description=(
+            "requeue the job from the batch shell after a save (preemption, time "
+            "limit ahead)"))] = True
+    max_requeues: Annotated[NonNeg, Meta(description=(
+            "most requeues, compared with SLURM_RESTART_COUNT (requeues of any "
+            "cause)"))] = 3
     # A requeue after a failure that names a node (preflight, hang, a node's hardware error)
     # leaves that node out; never more than this many in all (rank/recovery.py).
-    max_excluded_nodes: NonNeg = 2
+    max_excluded_nodes: Annotated[NonNeg, Meta(description=(
+            "most nodes a requeue (or submit --resume) leaves out because a "
+            "failure named them, in all"))] = 2
 
 
 class Snapshot(_Strict):
     """The copy of the code the job runs, made at submit (hpctrain/runs/snapshot.py)."""
-    enabled: bool = True
-    max_mb: Annotated[int, Meta(ge=1, le=100_000)] = 200  # a bigger copy is refused at submit
-    exclude: list[str] = []  # gitignore-style patterns left out (with .hpctrainignore's)
+    enabled: Annotated[bool, Meta(description=(
+            "run a copy of the code taken at submit (RUN_DIR/code); false: the "
+            "live tree"))] = True
+    max_mb: Annotated[Annotated[int, Meta(ge=1, le=100_000)], Meta(description=(
+            "a bigger copy is refused at submit"))] = 200
+    exclude: Annotated[list[str], Meta(description=(
+            "gitignore-style patterns left out of the copy (beside .gitignore's "
+            "and .hpctrainignore's)"))] = []
 
 
 # A per-job scheduler option's value: text, a number, true for a flag (false/null: left out), or
@@ -95,150 +141,259 @@ Runtime = Literal["apptainer", "singularity", "pyxis", "podman", "docker"]
 class Container(_Strict):
     """Each node's launch runs in this container (hpctrain/job/containers.py); the batch shell stays
     on the host. In image, mounts and workdir, $NAME / ${NAME} expand on the node ($$: a '$')."""
-    runtime: Runtime
-    image: str  # a .sif/.sqsh file, docker://…, or an image name the runtime knows
-    mounts: list[str] = []  # "HOST[:CONTAINER[:ro|rw]]"; the run and working directories always
-    workdir: str | None = None  # in the container; None: the job's working directory (bound)
-    env: dict[EnvName, EnvValue] = {}  # more environment for the ranks (e.g. ACCEPT_EULA: Y)
-    options: list[str] = []  # extra options for the runtime's exec/run (or pyxis' srun step)
-    isaac_sim_caches: bool | None = None  # None: on when the job runs Isaac Lab's train.py
+    runtime: Annotated[Runtime, Meta(description=(
+            "the container runtime; on a cluster one the site declares "
+            "(containers.runtimes), on local one installed here"))]
+    image: Annotated[str, Meta(description=(
+            "a .sif/.sqsh file, docker://..., nvcr.io#..., or an image name the "
+            "runtime knows; $VAR expands on the node"))]
+    mounts: Annotated[list[str], Meta(description=(
+            "more binds, HOST[:CONTAINER[:ro|rw]]; the run and working "
+            "directories are always bound at the same paths"))] = []
+    workdir: Annotated[str | None, Meta(description=(
+            "the ranks' directory in the container; null: the job's working "
+            "directory (bound)"))] = None
+    env: Annotated[dict[EnvName, EnvValue], Meta(description=(
+            "more environment for the ranks inside, e.g. ACCEPT_EULA: Y"))] = {}
+    options: Annotated[list[str], Meta(description=(
+            "extra options for the runtime's exec/run (apptainer exec, podman "
+            "run, ...; pyxis: the srun step)"))] = []
+    isaac_sim_caches: Annotated[bool | None, Meta(description=(
+            "bind Isaac Sim's caches from the site's containers.cache_dir; null: "
+            "on when the job runs Isaac Lab's train.py"))] = None
 
 
 class SiteContainers(_Strict):
     """What the site's nodes offer for containers (a job's `container:` is checked against it)."""
-    runtimes: list[Runtime] | None = None  # installed on the nodes; None: not declared
-    commands: dict[Runtime, str] = {}  # how to call a runtime, e.g. podman: "podman --runtime runc"
-    options: dict[Runtime, list[str]] = {}  # options the site adds to every container
-    host_python: str = "python3"  # runs hpctrain's stdlib-only helpers on the host (preflight…)
-    cache_dir: str = "$HOME/.cache/hpctrain/isaac-sim"  # Isaac Sim's caches persist here
-    stage_dir: str | None = None  # node-local directory to copy an image file to first
+    runtimes: Annotated[list[Runtime] | None, Meta(description=(
+            "the container runtimes installed on the nodes; a job asking for "
+            "another is refused; null: not declared"))] = None
+    commands: Annotated[dict[Runtime, str], Meta(description=(
+            "how to call a runtime here, e.g. podman: podman --runtime runc"))] = {}
+    options: Annotated[dict[Runtime, list[str]], Meta(description=(
+            "options this site adds to every container of a runtime"))] = {}
+    host_python: Annotated[str, Meta(description=(
+            "interpreter on the nodes' host for hpctrain's stdlib-only helpers "
+            "when the job's interpreter is in the image"))] = "python3"
+    cache_dir: Annotated[str, Meta(description=(
+            "where Isaac Sim's caches persist between jobs ($VAR expands on the "
+            "node)"))] = "$HOME/.cache/hpctrain/isaac-sim"
+    stage_dir: Annotated[str | None, Meta(description=(
+            "node-local directory to copy an image file to before the launch, "
+            "e.g. $TMPDIR/images"))] = None
 
 
 class Sweep(_Strict):
-    grid: dict[str, list[Any]] = {}  # key.path -> values; the cartesian product
-    variants: list[dict[str, Any]] = []  # explicit variants, each a {key.path: value} mapping
-    seeds: list[int] = []  # every variant once per seed
-    parallel: Count | None = None  # array tasks running at once (%K); None: site default
+    grid: Annotated[dict[str, list[Any]], Meta(description=(
+            "key.path -> list of values; every combination is one array task"))] = {}
+    variants: Annotated[list[dict[str, Any]], Meta(description=(
+            "explicit variants, each a {key.path: value} mapping"))] = []
+    seeds: Annotated[list[int], Meta(description="every variant once per seed")] = []
+    parallel: Annotated[Count | None, Meta(description=(
+            "array tasks running at once (%K); null: the site's array_parallelism"))] = None
 
 
 class JobSpec(_Strict):
-    name: Name
-    site: str | None = None
-    library: str = "command"  # one of libraries.LIBRARIES (job/checks.py)
-    script: str | None = None  # None: the library's Isaac Lab train.py
-    args: list[Union[str, int, float]] = []
-    # The interpreter on the nodes, as a command: "/opt/venv/bin/python", "isaaclab.sh -p".
-    # None: the interpreter running hpctrain (like submitit), right when the venv is shared.
-    python: str | None = None
-    task: str | None = None  # Isaac Lab task, e.g. Isaac-Cartpole-v0
-    isaaclab: str | None = None  # path of the Isaac Lab checkout on the cluster
-    config: str | None = None  # DI-engine config file
-    resources: Resources = field(default_factory=Resources)
-    env: dict[EnvName, EnvValue] = {}
-    secrets: list[EnvName] = []
-    seed: int | None = None
-    cpu_mode: Literal["auto", "on", "off"] | None = None  # None: the site's choice
-    launcher: Launcher = field(default_factory=Launcher)
-    preemption: Preemption = field(default_factory=Preemption)
-    sweep: Sweep | None = None
-    setup: list[str] = []  # shell lines run before the launch on the batch host
-    container: Container | None = None  # run each node's launch in a container
-    runs_dir: str | None = None  # None: $HPCTRAIN_RUNS_DIR, else ./runs
+    name: Annotated[Name, Meta(description=(
+            "the run's name, [A-Za-z0-9_.-]+; runs go to runs/<name>/<run id>/"))]
+    site: Annotated[str | None, Meta(description=(
+            "site profile name or file; --site wins, then this, then "
+            "$HPCTRAIN_SITE; null: local"))] = None
+    library: Annotated[str, Meta(description=(
+            "which adapter launches the job: an RL library, or command for any "
+            "program"))] = "command"
+    script: Annotated[str | None, Meta(description=(
+            "the program every rank runs: a path, or -m module; null: the "
+            "library's Isaac Lab train.py under isaaclab"))] = None
+    args: Annotated[list[Union[str, int, float]], Meta(description=(
+            "the program's arguments, passed byte-exact"))] = []
+    python: Annotated[str | None, Meta(description=(
+            "the interpreter on the nodes, as a command, e.g. isaaclab.sh -p; "
+            "null: the interpreter running hpctrain"))] = None
+    task: Annotated[str | None, Meta(description="Isaac Lab task, e.g. Isaac-Cartpole-v0")] = None
+    isaaclab: Annotated[str | None, Meta(description=(
+            "path of the Isaac Lab checkout on the nodes (in the image with a "
+            "container)"))] = None
+    config: Annotated[str | None, Meta(description="DI-engine config file")] = None
+    resources: Annotated[Resources, Meta(description=(
+            "nodes, GPUs, ranks, CPUs, memory, time and Slurm's accounting keys"))] = field(default_factory=Resources)
+    env: Annotated[dict[EnvName, EnvValue], Meta(description=(
+            "environment variables for every rank"))] = {}
+    secrets: Annotated[list[EnvName], Meta(description=(
+            "names of variables passed from the submitting environment to the "
+            "ranks; their values are never written"))] = []
+    seed: Annotated[int | None, Meta(description=(
+            "base seed; each rank gets HPCTRAIN_SEED = seed + global rank"))] = None
+    cpu_mode: Annotated[Literal["auto", "on", "off"] | None, Meta(description=(
+            "auto: CPU shims (gloo) on nodes without a GPU; on / off to force; "
+            "null: the site's"))] = None
+    launcher: Annotated[Launcher, Meta(description=(
+            "how torchrun starts the ranks: restarts, rendezvous timeouts, "
+            "preflight, hang detection"))] = field(default_factory=Launcher)
+    preemption: Annotated[Preemption, Meta(description=(
+            "the signal ahead of the time limit or on preemption, the save, the "
+            "requeue"))] = field(default_factory=Preemption)
+    sweep: Annotated[Sweep | None, Meta(description=(
+            "one job array over a grid, variants and seeds"))] = None
+    setup: Annotated[list[str], Meta(description=(
+            "shell lines run on the batch host before the launch"))] = []
+    container: Annotated[Container | None, Meta(description=(
+            "run each node's launch in a container; the batch shell stays on the "
+            "host"))] = None
+    runs_dir: Annotated[str | None, Meta(description=(
+            "where run directories go; null: $HPCTRAIN_RUNS_DIR, else ./runs"))] = None
     # Scheduler options of this job that hpctrain does not own (job/sbatch_options.py): reservation,
     # mail-type, exclude, nodelist, begin, ... -> the directive table, after the site's extras.
-    sbatch: dict[str, OptionValue] = {}
-    # Runs (or scheduler job ids) this job waits for: "RUN" (afterok), "afterany:RUN",
-    # "afternotok:RUN"; one or a list (job/chains.py). `--after` on the command line replaces it.
-    after: Union[str, list[str]] = []
-    # true (the default): the job runs a copy of the code taken at submit; false: the live tree.
-    snapshot: Union[bool, Snapshot] = True
+    sbatch: Annotated[dict[str, OptionValue], Meta(description=(
+            "scheduler options hpctrain does not own: reservation, mail-type, "
+            "exclude, nodelist, begin, ...; true for a flag, a list joined with "
+            "commas"))] = {}
+    after: Annotated[Union[str, list[str]], Meta(description=(
+            "runs (or job ids) this job waits for: RUN (afterok), afterany:RUN, "
+            "afternotok:RUN; one or a list; --after replaces it"))] = []
+    snapshot: Annotated[Union[bool, Snapshot], Meta(description=(
+            "true: the job runs a copy of the code taken at submit; false: the "
+            "live tree; or a section"))] = True
 
 
 class HeadAddress(_Strict):
     """How nodes reach the rendezvous host: its Slurm name, its IP on an interface, name+suffix."""
-    mode: Literal["nodename", "interface", "suffix"] = "nodename"
-    interface: str | None = None  # mode interface: e.g. ib0 (the head's IPv4 on it)
-    suffix: str | None = None  # mode suffix: e.g. -ib  (node12 -> node12-ib)
+    mode: Annotated[Literal["nodename", "interface", "suffix"], Meta(description=(
+            "how other nodes reach the rendezvous host: its node name, its IPv4 "
+            "on an interface, or its name + a suffix"))] = "nodename"
+    interface: Annotated[str | None, Meta(description=(
+            "mode interface: the interface whose IPv4 address is used, e.g. ib0"))] = None
+    suffix: Annotated[str | None, Meta(description=(
+            "mode suffix: added to the node name, e.g. -ib (node12 -> node12-ib)"))] = None
 
 
 class PortRule(_Strict):
     """Rendezvous port: fixed, or base + 2*(job id mod span/2) — the same on every node."""
-    base: Annotated[int, Meta(ge=1024, le=65534)] = 61000  # above Linux's ephemeral 32768-60999
-    span: Annotated[int, Meta(ge=2)] = 4536
-    fixed: Annotated[int, Meta(ge=1024, le=65534)] | None = None
+    base: Annotated[Annotated[int, Meta(ge=1024, le=65534)], Meta(description=(
+            "lowest rendezvous port; above Linux's ephemeral range (32768-60999)"))] = 61000
+    span: Annotated[Annotated[int, Meta(ge=2)], Meta(description=(
+            "ports used: base + 2*(job id mod span/2), the same on every node"))] = 4536
+    fixed: Annotated[Annotated[int, Meta(ge=1024, le=65534)] | None, Meta(description=(
+            "one fixed rendezvous port instead of the rule"))] = None
 
 
 class Limits(_Strict):
-    max_nodes: Count | None = None
-    max_gpus_per_node: NonNeg | None = None
-    max_procs_per_node: Count | None = None
-    cpus_per_node: Count | None = None
-    max_time: SlurmTime | None = None
-    max_array_size: Count | None = None
-    mem_per_node: Memory | None = None  # what a node can give a job (Slurm's RealMemory)
+    max_nodes: Annotated[Count | None, Meta(description="most nodes a job may ask for")] = None
+    max_gpus_per_node: Annotated[NonNeg | None, Meta(description="GPUs a node has")] = None
+    max_procs_per_node: Annotated[Count | None, Meta(description="most ranks per node")] = None
+    cpus_per_node: Annotated[Count | None, Meta(description=(
+            "CPUs a node can give one job; library needs stay within it"))] = None
+    max_time: Annotated[SlurmTime | None, Meta(description=(
+            "the longest time limit a job may ask for"))] = None
+    max_array_size: Annotated[Count | None, Meta(description=(
+            "Slurm's MaxArraySize: a bigger sweep is refused before it is "
+            "expanded; null: 1001"))] = None
+    mem_per_node: Annotated[Memory | None, Meta(description=(
+            "memory a node can give a job (Slurm's RealMemory)"))] = None
 
 
 class SshOptions(_Strict):
     """How hpctrain reaches the hosts of a `scheduler: ssh` site (OpenSSH, always in batch mode:
     never a password prompt). Everything else comes from the user's own ~/.ssh/config."""
-    user: str | None = None  # -l; None: ssh's own choice (~/.ssh/config, then the local user)
-    port: Annotated[int, Meta(ge=1, le=65535)] | None = None  # -p
-    identity: str | None = None  # IdentityFile, with IdentitiesOnly
-    known_hosts: str | None = None  # UserKnownHostsFile
-    # StrictHostKeyChecking: strict = only known host keys (ssh's own rule in batch mode),
-    # accept-new = remember a host's first key and refuse a changed one, ignore = no checking.
-    host_key: Literal["strict", "accept-new", "ignore"] = "strict"
-    connect_timeout: Seconds = 10  # ConnectTimeout: a host that does not answer is named after this
-    options: list[str] = []  # more ssh options, "Key=value" each (as after ssh -o)
+    user: Annotated[str | None, Meta(description=(
+            "ssh -l; null: ssh's own choice (~/.ssh/config, then the local user)"))] = None
+    port: Annotated[Annotated[int, Meta(ge=1, le=65535)] | None, Meta(description="ssh -p")] = None
+    identity: Annotated[str | None, Meta(description="IdentityFile, with IdentitiesOnly")] = None
+    known_hosts: Annotated[str | None, Meta(description="UserKnownHostsFile")] = None
+    host_key: Annotated[Literal["strict", "accept-new", "ignore"], Meta(description=(
+            "StrictHostKeyChecking: strict (only known keys), accept-new "
+            "(remember a first key, refuse a changed one), ignore"))] = "strict"
+    connect_timeout: Annotated[Seconds, Meta(description=(
+            "seconds before a host that does not answer is named"))] = 10
+    options: Annotated[list[str], Meta(description=(
+            "more ssh options, Key=value each (as after ssh -o); those that run "
+            "programs belong in ~/.ssh/config"))] = []
 
 
 class SyncRule(_Strict):
     """Where the hosts find the run directory: on a filesystem they all share (NFS home), or
     copied to each of them (rsync) before the launch and brought back."""
-    mode: Literal["shared", "rsync"] = "shared"
-    code: bool = False  # rsync: copy the job's working directory (the code) to each host too
-    exclude: list[str] = []  # rsync patterns left out of that copy, e.g. [.git, data/]
+    mode: Annotated[Literal["shared", "rsync"], Meta(description=(
+            "shared: the hosts see the run directory on a shared file system; "
+            "rsync: it is copied to each host and back"))] = "shared"
+    code: Annotated[bool, Meta(description=(
+            "rsync: copy the job's working directory (the code) to each host too"))] = False
+    exclude: Annotated[list[str], Meta(description=(
+            "rsync patterns left out of that copy, e.g. [.git, data/]"))] = []
 
 
 class RemoteRule(_Strict):
     """Where a site reached through `login:` keeps runs, and how much code a submit may copy."""
-    runs_dir: str | None = None  # an absolute path on the cluster; runs/<name>/<run id>/ below it
-    code_max_mb: Count = 200  # a submit that would copy more of the working directory stops
-    exclude: list[str] = []  # rsync patterns left out of the code copy, beside .gitignore's
+    runs_dir: Annotated[str | None, Meta(description=(
+            "an absolute path on the cluster; runs/<name>/<run id>/ go below it"))] = None
+    code_max_mb: Annotated[Count, Meta(description=(
+            "a submit that would copy more of the working directory stops"))] = 200
+    exclude: Annotated[list[str], Meta(description=(
+            "rsync patterns left out of the code copy, beside .gitignore's"))] = []
 
 
 class SiteProfile(_Strict):
-    name: Name
-    description: str = ""
-    scheduler: str = "slurm"  # one of backends.SCHEDULERS (checks.check_site)
-    gpu_request: Literal["gpus-per-node", "gres"] = "gpus-per-node"
-    gpu_type: str | None = None  # --gres=gpu:TYPE:N / --gpus-per-node=TYPE:N
-    limits: Limits = field(default_factory=Limits)
-    modules: list[str] = []  # `module load` arguments
-    # A file to source before `module` is used, where the batch shell does not define it:
-    # e.g. /usr/share/lmod/lmod/init/bash (Lmod), /usr/share/modules/init/bash (Environment Modules).
-    module_init: str | None = None
-    setup: list[str] = []  # shell lines (the site's own, trusted) before the launch
-    sbatch_extra: list[str] = []  # extra directives, e.g. "--reservation=rl"
-    sbatch_skip: list[str] = []  # directives this site rejects, e.g. "mem"
-    sbatch_forbid: list[str] = []  # scheduler options jobs may not set here (job key `sbatch`)
-    env: dict[EnvName, EnvValue] = {}  # NCCL tuning and the like, for every rank
-    head: HeadAddress = field(default_factory=HeadAddress)
-    port: PortRule = field(default_factory=PortRule)
-    cpu_mode: Literal["auto", "on", "off"] = "auto"
-    array_parallelism: Count | None = None
-    containers: SiteContainers = field(default_factory=SiteContainers)
-    defaults: dict[str, Any] = {}  # job-file keys that every job on this site starts from
+    name: Annotated[Name, Meta(description="the site's name, as jobs and --site give it")]
+    description: Annotated[str, Meta(description="one line about the site")] = ""
+    scheduler: Annotated[str, Meta(description=(
+            "what runs the jobs: Slurm, this machine, or hosts over ssh"))] = "slurm"
+    gpu_request: Annotated[Literal["gpus-per-node", "gres"], Meta(description=(
+            "how GPUs are asked for: --gpus-per-node=[type:]N or "
+            "--gres=gpu[:type]:N"))] = "gpus-per-node"
+    gpu_type: Annotated[str | None, Meta(description="GPU type in the request, e.g. a100")] = None
+    limits: Annotated[Limits, Meta(description=(
+            "what the nodes can hold; jobs asking for more are refused before "
+            "they are submitted"))] = field(default_factory=Limits)
+    modules: Annotated[list[str], Meta(description=(
+            "module load arguments before the launch (run with set +u, strict "
+            "mode restored)"))] = []
+    module_init: Annotated[str | None, Meta(description=(
+            "a file to source before module is used, where the batch shell lacks "
+            "it, e.g. /usr/share/lmod/lmod/init/bash"))] = None
+    setup: Annotated[list[str], Meta(description=(
+            "shell lines (the site's own, trusted) before the launch"))] = []
+    sbatch_extra: Annotated[list[str], Meta(description=(
+            "extra directives, e.g. --reservation=rl"))] = []
+    sbatch_skip: Annotated[list[str], Meta(description=(
+            "directives this site rejects, e.g. mem"))] = []
+    sbatch_forbid: Annotated[list[str], Meta(description=(
+            "scheduler options jobs may not set in their sbatch: here"))] = []
+    env: Annotated[dict[EnvName, EnvValue], Meta(description=(
+            "environment for every rank: NCCL tuning and the like "
+            "(NCCL_SOCKET_IFNAME is a prefix match; =ib0 exact, ^lo excludes)"))] = {}
+    head: Annotated[HeadAddress, Meta(description=(
+            "how other nodes reach the rendezvous host"))] = field(default_factory=HeadAddress)
+    port: Annotated[PortRule, Meta(description=(
+            "the rendezvous port rule"))] = field(default_factory=PortRule)
+    cpu_mode: Annotated[Literal["auto", "on", "off"], Meta(description=(
+            "auto: CPU shims (gloo) on nodes without a GPU; on / off to force"))] = "auto"
+    array_parallelism: Annotated[Count | None, Meta(description=(
+            "sweep tasks running at once unless the job says otherwise"))] = None
+    containers: Annotated[SiteContainers, Meta(description=(
+            "the container runtimes the nodes have, and how to run them"))] = field(default_factory=SiteContainers)
+    defaults: Annotated[dict[str, Any], Meta(description=(
+            "any job-file keys every job on this site starts from (site < job < "
+            "--set)"))] = {}
     # scheduler ssh (backends/ssh/backend.py): the hosts, how to reach them, how they see the run.
     # hosts: a Slurm-style list ("ws[1-4]"), a YAML list, or a hostfile (a path: it holds a "/").
-    hosts: Union[str, list[str], None] = None
-    ssh: SshOptions = field(default_factory=SshOptions)
-    sync: Union[Literal["shared", "rsync"], SyncRule] = "shared"
+    hosts: Annotated[Union[str, list[str], None], Meta(description=(
+            "scheduler ssh: the hosts, a Slurm-style list (ws[1-4]), a YAML list,"
+            " or a hostfile path (it holds a /)"))] = None
+    ssh: Annotated[SshOptions, Meta(description=(
+            "how hosts (scheduler ssh) or the login node (login:) are reached; "
+            "OpenSSH, always in batch mode"))] = field(default_factory=SshOptions)
+    sync: Annotated[Union[Literal["shared", "rsync"], SyncRule], Meta(description=(
+            "scheduler ssh: where the hosts find the run directory: shared, "
+            "rsync, or a section"))] = "shared"
     # Submitting from another machine (a laptop, a notebook server): the scheduler's tools run
     # on this login node ("user@host" or "host") over ssh with the ssh: section's options, the
     # run lives under remote.runs_dir there (backends/slurm/login.py); here a mirror keeps run.json.
-    login: str | None = None
-    remote: RemoteRule = field(default_factory=RemoteRule)
+    login: Annotated[str | None, Meta(description=(
+            "submit from another machine: the scheduler's tools run on this login"
+            " node (user@host or host) over ssh"))] = None
+    remote: Annotated[RemoteRule, Meta(description=(
+            "with login: where runs live on the cluster and how much code a "
+            "submit may copy"))] = field(default_factory=RemoteRule)
 
 
 # ---------------------------------------------------------------------------- merging

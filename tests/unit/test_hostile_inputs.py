@@ -2,16 +2,17 @@
 payloads that would run a command, add a line or a directive, split, expand or inject an option
 if any layer let them through unquoted; YAML traps; and Hypothesis-generated text.
 
-For each (field, payload) the job is either refused with an HpctrainError (exit 2 on the CLI) or
-rendered, and then: the script parses (bash -n) and passes shellcheck; its header holds exactly
-the directive table's lines (no value added a directive); and a script for this machine RUNS —
-with a stand-in interpreter that records what it was given — and the launch receives every value
-byte-exact (argv, environment, working directory) while the canary file that a command would
-create never appears; a job script exits 0 unless the test expects its failure (a module
-system or a container image this machine lacks). An ssh script runs its `probe` here (what
-submit runs on every host) for the fields it reads. Slurm scripts share those parts
-(templates/parts/) and are run for real on the cluster with the same payloads in
-tests/slurm/test_hostile_slurm.py; torchrun and the rank side get them for real in
+For each (field, payload) and each backend the job is either refused with an HpctrainError (exit
+2 on the CLI) or rendered, and then: the script parses (bash -n, all of a walk's scripts in one
+bash process) and its header holds exactly the directive table's lines (no value added a
+directive). Nothing is run here: tests/local/test_hostile_scripts.py walks the same fields and
+payloads, passes the scripts' distinct shapes through shellcheck, and RUNS a representative set
+on this machine (every field and every payload at least once) — with a stand-in interpreter that
+records what it was given — checking that the launch receives every value byte-exact (argv,
+environment, working directory) while the canary file that a command would create never
+appears; an ssh script runs its `probe` there (what submit runs on every host). Slurm scripts
+share those parts (templates/parts/) and are run for real on the cluster with the same payloads
+in tests/slurm/test_hostile_slurm.py; torchrun and the rank side get them for real in
 tests/local/test_hostile_local.py.
 """
 from __future__ import annotations
@@ -182,9 +183,8 @@ class Rendered:
         self.tmp = tmp
 
     def check_static(self, payload: str, scripts: list[str]) -> None:
+        """The directive table; the script itself goes to `scripts` (bash -n, shellcheck)."""
         text = self.prep.script
-        proc = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
         # The header is the directive table, line for line: no value added a directive.
         cls = backend_class(self.prep.backend)
         header = [line for line in text.splitlines() if line.startswith("#SBATCH")]
@@ -272,14 +272,17 @@ PROBED = {"script", "library", "task", "config", "python", "args", "name", "runs
 NO_MODULE_SYSTEM = ("modules", "module_init")
 
 
-def _walk(fields, scheduler, tmp, payloads, build):
-    """Every (field, payload) on a scheduler: refused, or rendered and checked."""
+def _walk(fields, scheduler, tmp, payloads, build, then=None, count=True):
+    """Every (field, payload) on a scheduler: refused, or rendered and checked statically;
+    `then(field, payload, rendered)` is called on each rendered job, in the job's directory
+    (the local tier runs some of them). The scripts come back for bash -n and shellcheck."""
     scripts: list[str] = []
     canary = tmp / "CANARY"
     outcomes = {"refused": 0, "rendered": 0}
     for field in fields:
         for payload in payloads:
-            tried("fields")
+            if count:
+                tried("fields")
             cwd = os.getcwd()
             os.chdir(tmp)
             try:
@@ -294,20 +297,32 @@ def _walk(fields, scheduler, tmp, payloads, build):
                 if field == "python" and ENV_REF.fullmatch(payload):
                     continue  # `python: $VAR` names the node's interpreter: expanded by design
                 rendered.check_static(payload, scripts)
-                if scheduler == "local" and not job.tasks:
-                    rendered.run_locally(payload, field)
-                if scheduler == "ssh" and field in PROBED:
-                    rendered.run_probe(payload, field)
+                if then:
+                    then(field, payload, rendered)
             finally:
                 os.chdir(cwd)
             assert not canary.exists(), f"{field}={payload!r} ran a command"
     return scripts, outcomes
 
 
-@pytest.mark.parametrize("scheduler", SCHEDULERS)
-def test_every_job_field_with_every_payload(scheduler, home, tmp_path):
-    canary = tmp_path / "CANARY"
-    payloads = canary_payloads(str(canary))
+def _bash_n(scripts: list[str], tmp: Path) -> None:
+    """bash -n on every script, in one bash process (one fork per script, no Python in between)."""
+    d = tmp / "bash-n"
+    d.mkdir(exist_ok=True)
+    files = []
+    for i, text in enumerate(scripts):
+        path = d / f"{i}.sh"
+        path.write_text(text)
+        files.append(str(path))
+    proc = subprocess.run(["bash", "-c", 'for f; do bash -n "$f" || echo "bash -n failed: $f"; done',
+                           "bash-n", *files], capture_output=True, text=True)
+    assert proc.returncode == 0 and not proc.stdout and not proc.stderr, \
+        (proc.stdout + proc.stderr)[:4000]
+
+
+def _job_walk(scheduler, tmp_path, then=None, count=True):
+    """Every job field with every payload, on one backend: (scripts, outcomes)."""
+    payloads = canary_payloads(str(tmp_path / "CANARY"))
     site = {"local": "local", "slurm": "slurm-generic"}.get(scheduler) \
         or _site_file(tmp_path, "name: lab\n", "ssh")
     (tmp_path / "train.py").write_text("pass\n")
@@ -319,15 +334,12 @@ def test_every_job_field_with_every_payload(scheduler, home, tmp_path):
             extra["resources"] = dict(extra["resources"], nodes=2)
         return load_job(_job(extra, "train.py"), site=site)
 
-    scripts, outcomes = _walk(JOB_FIELDS, scheduler, tmp_path, payloads, build)
-    assert outcomes["refused"] and outcomes["rendered"]
-    _shellcheck(scripts, tmp_path)
+    return _walk(JOB_FIELDS, scheduler, tmp_path, payloads, build, then, count)
 
 
-@pytest.mark.parametrize("scheduler", SCHEDULERS)
-def test_every_site_field_with_every_payload(scheduler, home, tmp_path):
-    canary = tmp_path / "CANARY"
-    payloads = canary_payloads(str(canary))
+def _site_walk(scheduler, tmp_path, then=None, count=True):
+    """Every site field with every payload, on one backend: (scripts, outcomes)."""
+    payloads = canary_payloads(str(tmp_path / "CANARY"))
     (tmp_path / "train.py").write_text("pass\n")
     fields = [f for f in SITE_FIELDS if scheduler == "ssh" or f not in SSH_ONLY]
 
@@ -338,9 +350,21 @@ def test_every_site_field_with_every_payload(scheduler, home, tmp_path):
         return load_job(_job({"resources": {"nodes": nodes, "gpus_per_node": 2}}, "train.py"),
                         site=site)
 
-    scripts, outcomes = _walk(fields, scheduler, tmp_path, payloads, build)
+    return _walk(fields, scheduler, tmp_path, payloads, build, then, count)
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_every_job_field_with_every_payload(scheduler, home, tmp_path):
+    scripts, outcomes = _job_walk(scheduler, tmp_path)
     assert outcomes["refused"] and outcomes["rendered"]
-    _shellcheck(scripts, tmp_path)
+    _bash_n(scripts, tmp_path)
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_every_site_field_with_every_payload(scheduler, home, tmp_path):
+    scripts, outcomes = _site_walk(scheduler, tmp_path)
+    assert outcomes["refused"] and outcomes["rendered"]
+    _bash_n(scripts, tmp_path)
 
 
 def _shellcheck(scripts: list[str], tmp: Path) -> None:
