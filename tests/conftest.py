@@ -14,6 +14,40 @@ ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_UP = ROOT / "tests" / "cluster" / "up.sh"
 
 
+# The tiers: a test's directory under tests/ is its tier, and conftest gives it that marker, so
+# `pytest tests/slurm` and `pytest -m slurm` select the same tests (docs/testing.md).
+TIERS = {
+    "unit": "pip install -e '.[test]' alone; no cluster, no root; starts no job, rank or daemon (< 1 min)",
+    "local": "this machine, every extra: job scripts, torchrun, podman, wheels, the watch extra; no cluster",
+    "ssh": "the ssh backend against the local cluster's sshds (tests/cluster/up.sh)",
+    "slurm": "the local Slurm cluster (tests/cluster/up.sh)",
+    "e2e": "real RL trainings with the RL libraries (most on the local Slurm cluster)",
+}
+
+
+def pytest_configure(config):
+    for tier, what in TIERS.items():
+        config.addinivalue_line("markers", f"{tier}: {what}")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test carries the marker of its directory's tier, and no other tier's."""
+    tests_dir = ROOT / "tests"
+    for item in items:
+        try:
+            tier = Path(str(item.path)).resolve().relative_to(tests_dir).parts[0]
+        except ValueError:
+            continue  # not one of the suite's tests (a path given outside tests/)
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: every test lives in a tier's directory "
+                                    f"(tests/{{{','.join(TIERS)}}}/)")
+        others = {m.name for m in item.iter_markers() if m.name in TIERS} - {tier}
+        if others:
+            raise pytest.UsageError(f"{item.nodeid}: marked {', '.join(sorted(others))}, but its "
+                                    f"directory makes it {tier}: the directory is the tier")
+        item.add_marker(tier)
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true",
                      help="rewrite tests/golden/ from the current templates (review the diff)")

@@ -20,7 +20,6 @@ import pytest
 from tests.conftest import ROOT, submitted, wait_for_job
 from tests.slurm.survive import attempts, preempt_by_high_job, slurm_log, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 
 STEPS = 8  # skrl: timesteps per update (its checkpoints are named by timestep)
 DING_PYTHON = ROOT / ".venv-ding" / "bin" / "python"

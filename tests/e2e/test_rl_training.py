@@ -20,7 +20,6 @@ import pytest
 from tests.conftest import ROOT, read_results, submitted, wait_for_job
 from tests.e2e.learning import check_learned
 
-pytestmark = pytest.mark.e2e
 
 LIBRARIES = {  # job file -> the checkpoint glob its adapter declares for resume
     "rl_games": ("examples/rl/rl_games_pendulum.yaml", "checkpoints/nn/*.pth"),
@@ -113,7 +112,6 @@ def check_trained(results: list[dict], log: str, world: int, hosts: int) -> None
     check_learned(results)
 
 
-@pytest.mark.slurm
 @pytest.mark.parametrize("library", list(LIBRARIES))
 def test_library_trains_on_two_nodes(library, cli, cluster, tmp_path):
     from hpctrain.libraries import adapter
@@ -146,7 +144,6 @@ def write_failing_program(tmp_path: Path, rank_variable: str) -> Path:
     return script
 
 
-@pytest.mark.slurm
 def test_failed_jax_rank_fails_the_job(cli, cluster, tmp_path):
     script = write_failing_program(tmp_path, "JAX_RANK")  # also proves the JAX_* mapping
     proc = cli("submit", "examples/rl/skrl_jax_pendulum.yaml", "--site", cluster,
@@ -198,7 +195,6 @@ def test_cartpole_ppo_on_this_machine(cli):
     print(f"cartpole local 1x2: {elapsed:.1f} s")
 
 
-@pytest.mark.slurm
 def test_cartpole_ppo_on_two_nodes(cli, cluster):
     _, run_dir, log, results = completed_on_cluster(
         cli, "examples/cartpole_ppo.yaml", "--site", cluster, "--set", "resources.nodes=2",
@@ -257,7 +253,6 @@ def test_di_engine_scalar_reductions_survive_uneven_episodes(cli, ding_python, t
     assert results[0]["reduced"] == 3, results
 
 
-@pytest.mark.slurm
 def test_di_engine_trains_on_two_nodes(cli, cluster, ding_python):
     """DI-engine's DDP pipeline across two hosts, one rank each (world 2 over node boundaries):
     the same checks as the other libraries' 2-node runs. On GPUs its LogReduceHook puts tensors

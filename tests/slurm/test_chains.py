@@ -6,12 +6,10 @@ import json
 import sys
 import time
 
-import pytest
 import yaml
 
 from tests.conftest import ROOT, submitted, wait_for_job
 
-pytestmark = pytest.mark.slurm
 PROGRAM = ROOT / "tests" / "programs" / "echo_rank.py"
 
 

@@ -11,13 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import submitted, wait_for_job
 from tests.operate_helpers import job_file, status_json
 from tests.slurm.survive import attempts, preempt, wait_for_checkpoint, wait_until
-
-pytestmark = pytest.mark.slurm
 
 
 def test_run_directory_resubmits_by_hand(cli, cluster, tmp_path):

@@ -18,7 +18,6 @@ import pytest
 
 from tests.conftest import ROOT, wait_for_job
 
-pytestmark = pytest.mark.slurm
 
 CLUSTER_DIR = ROOT / "tests" / "cluster"
 STATE_DIR = Path("/var/lib/hpctrain-localcluster")

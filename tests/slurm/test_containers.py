@@ -11,13 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import submitted, wait_for_job
 from tests.slurm.survive import (attempts, preempt, preempt_by_high_job, slurm_log,
                                  wait_for_checkpoint, wait_until)
 
-pytestmark = pytest.mark.slurm
 JOB = "examples/resumable_train.yaml"
 IMAGE = "localhost/hpctrain-test:latest"
 SECRET = "s3cret-by-name"

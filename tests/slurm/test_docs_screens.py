@@ -6,11 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 from tests.conftest import ROOT
-
-pytestmark = pytest.mark.slurm
 
 
 def test_preempted_screen_matches_a_real_preemption(cluster, tmp_path):

@@ -7,11 +7,8 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.slurm
 NODE_HOSTS = ROOT / "tests" / "cluster" / "node-hosts.sh"
 NODE2_NET = "--net=/run/netns/hpct-node2"
 NODE2_MNT = "--mount=/run/hpctrain-localcluster/ns/node2.mnt"

@@ -17,7 +17,6 @@ from tests.conftest import ROOT, submitted, wait_for_job
 from tests.hostile import canary_payloads, tried
 from tests.operate_helpers import job_file, status_json, wait_state
 
-pytestmark = pytest.mark.slurm
 ECHO = ROOT / "tests" / "programs" / "echo_rank.py"
 SUBMIT_UNTIL = ROOT / "tests" / "programs" / "submit_until.py"
 

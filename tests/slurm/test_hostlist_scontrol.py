@@ -14,7 +14,6 @@ import pytest
 from hpctrain.backends.ssh import hostlist
 from tests.unit.test_hostlist import INVALID, PATTERNS
 
-pytestmark = pytest.mark.slurm
 
 COMPRESS = [
     "n3,n1,n2", "n1,n2,n3,m1,n4", "n9,n10,n011", "n01,n2,n03", "a,b,c", "n1,n1,n2",

@@ -7,13 +7,11 @@ import json
 import os
 import sys
 
-import pytest
 import yaml
 
 from tests.conftest import ROOT, submitted, wait_for_job
 from tests.slurm.survive import slurm_log
 
-pytestmark = pytest.mark.slurm
 MODULES = ROOT / "tests" / "cluster" / "modulefiles"
 PROGRAM = ROOT / "tests" / "programs" / "echo_rank.py"
 

@@ -5,11 +5,7 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 from tests.conftest import read_results, submitted, wait_for_job
-
-pytestmark = pytest.mark.slurm
 
 
 def test_two_nodes_two_ranks_allreduce(cli, cluster):

@@ -8,7 +8,6 @@ import pytest
 
 from tests.notebooks import KERNEL, cell_text, kernelspec
 
-pytestmark = pytest.mark.slurm
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebook_submit.ipynb"
 
 

@@ -1,12 +1,8 @@
 """Following, debugging and cancelling runs on the real local Slurm cluster."""
 from __future__ import annotations
 
-import pytest
-
 from tests.conftest import submitted
 from tests.operate_helpers import job_file, max_overlap, results, status_json, wait_state
-
-pytestmark = pytest.mark.slurm
 
 
 def test_running_status_and_followed_logs(cli, cluster, tmp_path):

@@ -21,7 +21,6 @@ from tests.conftest import ROOT, submitted
 from tests.hostile import canary_payloads, tried
 from tests.notebooks import RUN_NOTEBOOK, cell_text, kernelspec
 
-pytestmark = pytest.mark.slurm
 
 ON_LAPTOP = ROOT / "tests" / "cluster" / "on-laptop.sh"
 WORKER = ROOT / "tests" / "programs" / "worker.py"

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import sys
 
-import pytest
 import yaml
 
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.slurm
 NODE_HOSTS = ROOT / "tests" / "cluster" / "node-hosts.sh"
 
 

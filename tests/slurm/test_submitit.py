@@ -14,7 +14,6 @@ from hpctrain.runs.records import indexed
 from tests.conftest import job_state, wait_for_job
 from tests.operate_helpers import WORKER
 
-pytestmark = pytest.mark.slurm
 
 TIMEOUT = 300
 

@@ -8,12 +8,9 @@ import subprocess
 import sys
 from contextlib import contextmanager
 
-import pytest
-
 from tests.conftest import ROOT, job_state, submitted, wait_for_job
 from tests.slurm.survive import attempts, preempt, slurm_log, wait_for_checkpoint, wait_until
 
-pytestmark = pytest.mark.slurm
 JOB = "examples/resumable_train.yaml"
 
 

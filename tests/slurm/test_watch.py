@@ -16,7 +16,6 @@ import pytest
 from tests.conftest import ROOT, submitted, wait_for_job
 from tests.slurm.survive import attempts, preempt, slurm_log, wait_for_checkpoint
 
-pytestmark = pytest.mark.slurm
 CLUSTER = ROOT / "tests" / "cluster"
 
 

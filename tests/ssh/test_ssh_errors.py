@@ -12,8 +12,6 @@ from tests.operate_helpers import job_file
 from tests.ssh.helpers import (close_connections, ip_rule, lab_site, leftovers, sshd_stopped,
                                status_of, wait_for)
 
-pytestmark = pytest.mark.ssh
-
 
 @pytest.fixture
 def job(tmp_path):

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 import yaml
 
 from tests.conftest import ROOT, read_results, submitted
@@ -20,7 +19,6 @@ from tests.slurm.survive import attempts
 from tests.ssh.helpers import (close_connections, ip_rule, job_log, leftovers, netns, status_of,
                                wait_done, wait_for)
 
-pytestmark = pytest.mark.ssh
 RESUMABLE = "examples/resumable_train.yaml"
 
 
@@ -188,7 +186,6 @@ def test_sweep_runs_its_tasks_on_the_hosts_with_ports_of_their_own(cli, lab, tmp
     st = status_of(cli, job_id)
     assert st["state"]["state"] == "COMPLETED" and len(st["state"]["tasks"]) == 2
     assert "rank 1 done" in cli("logs", run_dir.name, "--task", "1").stdout
-
 
 
 def _ssh_connections(to: str, where: list[str] = (), tag: str = "/tmp/hpctrain-ssh-") -> int:

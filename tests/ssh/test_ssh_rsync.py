@@ -14,8 +14,6 @@ import yaml
 from tests.conftest import ROOT, read_results, submitted
 from tests.ssh.helpers import job_log, lab_site, leftovers, own_disks, status_of, wait_for
 
-pytestmark = pytest.mark.ssh
-
 
 @pytest.fixture
 def lab_disks(lab, tmp_path):

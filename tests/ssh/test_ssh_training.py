@@ -14,8 +14,6 @@ from tests.conftest import read_results, submitted
 from tests.e2e.test_rl_training import LIBRARIES, check_trained
 from tests.ssh.helpers import job_log, leftovers
 
-pytestmark = [pytest.mark.ssh, pytest.mark.e2e]
-
 
 @pytest.mark.parametrize("library", list(LIBRARIES))
 def test_library_trains_on_two_hosts(library, cli, lab):
