@@ -148,6 +148,19 @@ def snapshot_source(prep: Prepared):
     return source
 
 
+def collisions(prep: Prepared) -> list[str]:
+    """What the scheduler's calendar says against the job before it is submitted (a
+    maintenance its time limit runs into): warnings; HpctrainError when it can never start."""
+    with transport.scheduler_tools(prep.transport, prep.run_dir):
+        return backend_class(prep.backend)().collisions(prep.plan)
+
+
+def test_start(prep: Prepared) -> str | None:
+    """`submit --dry-run`: where and when the scheduler would start the job, if it can say."""
+    with transport.scheduler_tools(prep.transport, prep.run_dir):
+        return backend_class(prep.backend)().test_start(prep.script)
+
+
 def _write_job_dir(prep: Prepared, d: Path) -> Path | None:
     import yaml
     (d / "logs").mkdir(parents=True, exist_ok=True)
@@ -187,15 +200,20 @@ def _record(prep: Prepared) -> dict:
     return rec
 
 
-def submit_prepared(prep: Prepared, source=None) -> Run:
+def submit_prepared(prep: Prepared, source=None, warned: list[str] | None = None) -> Run:
     """Write the run directory and submit. On any failure nothing is left behind: the directory
     is removed and a job that was already queued is cancelled. `source`: the snapshot's
-    listing when the caller already made it (snapshot_source)."""
+    listing when the caller already made it (snapshot_source); `warned`: collisions(prep)'s
+    warnings when the caller already asked and showed them (else they go to warnings.warn)."""
     from .job.chains import check_live
     from .job.checks import check_secrets
     from .rank.records import RunRecord
     check_secrets(prep.job)
     check_live(prep.job)
+    if warned is None:
+        import warnings
+        for text in collisions(prep):  # a job that can never start is refused here
+            warnings.warn(text, stacklevel=2)
     if source is None:
         source = snapshot_source(prep)  # before anything is written: too big is refused here
     chosen = prep.transport.backend(backend(prep.backend), prep.run_dir)
@@ -248,8 +266,19 @@ def resume(ref: str) -> tuple[Run, list[str], str]:
     from .rank.recovery import resume_exclusions
     from .runs.records import find
     from .follow.status import gather
+    from .backends import for_run
+    from .runs.untrusted import NODE, job_secrets
     run = find(ref)
     rec = run.record
+    chosen = for_run(run)  # the run's own backend, through its login node when it has one
+    # The same secrets check as submit, and first: a resumed job takes them from here too.
+    missing = [n for n in job_secrets(run.path) if not os.environ.get(n)]
+    if missing:
+        raise HpctrainError(f"secret(s) {', '.join(missing)} not set in this environment: run "
+                            f"{run.id}'s job takes them from where it is resumed",
+                            f"{run.path / 'job.yaml'}: secrets",
+                            f"export {missing[0]}=... before `hpctrain submit --resume "
+                            f"{run.id}` (its value is never written to disk)")
     if rec.array_size:
         raise HpctrainError(f"run {run.id} is a sweep: --resume starts one job again",
                             fix="submit the sweep's job file again")
@@ -262,8 +291,13 @@ def resume(ref: str) -> tuple[Run, list[str], str]:
                             "only a run that ended can be resumed",
                             fix=f"wait for it, or `hpctrain cancel {run.id}` first")
     nodes, why = resume_exclusions(str(run.path), _max_excluded(run))
+    bad = [n for n in nodes if not NODE.fullmatch(n)]
+    if bad:  # the failure records name them: data, checked before they reach sbatch
+        raise HpctrainError(f"{run.path / 'status'}: the node name {bad[0][:60]!r} the run's "
+                            "failure records give is not a node name",
+                            fix="restore or remove status/failure.json and status/excluded.json")
     archive_job_failure(str(run.path))  # failure.json speaks of the new job from now on
-    job_id = backend(rec.backend).resubmit(run, nodes)
+    job_id = chosen.resubmit(run, nodes)
     run.update(jobs=[*rec.jobs, str(rec.job_id)], job_id=job_id, state="SUBMITTED", final=False,
                exit_code=None, reason=None, task_states=[],
                submitted=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))

@@ -56,10 +56,22 @@ def backend(name: str) -> Backend:
 def for_run(run) -> Backend:
     """The backend that answers for a recorded run: its scheduler's, reached through the login
     node it was submitted to when run.json says so (backends/slurm/login.py)."""
-    chosen = backend(run.record.backend)
-    far = run.record.extra.get("remote")
+    from ..errors import HpctrainError
+    rec = run.record
+    where = run.path / "run.json"
+    if rec.backend not in BACKENDS:
+        raise HpctrainError(f"{where}: 'backend' is {rec.backend[:40]!r}, which this hpctrain "
+                            "does not know", fix=f"valid: {', '.join(sorted(BACKENDS))}; a newer "
+                            "hpctrain wrote it, or the file was changed: restore it")
+    if rec.scheduler is not None and rec.scheduler not in SCHEDULERS:
+        raise HpctrainError(f"{where}: 'scheduler' is {rec.scheduler[:40]!r}, which this "
+                            "hpctrain does not know", fix=f"valid: {', '.join(sorted(SCHEDULERS))}")
+    chosen = backend(rec.backend)
+    chosen.check_record(run)
+    far = rec.extra.get("remote")
     if far:
-        return import_module(".slurm.login", __name__).RemoteBackend(chosen, far)
+        login = import_module(".slurm.login", __name__)
+        return login.RemoteBackend(chosen, login.checked_far(far, f"{where}: 'remote"))
     return chosen
 
 

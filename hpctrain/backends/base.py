@@ -114,6 +114,16 @@ class Backend(abc.ABC):
         (job/chains.py): only for its own, whose job ids its dependencies name."""
         return cls.dependencies and scheduler == cls.name
 
+    # The scheduler's job ids, as run.json and `after:` carry them (job/chains.py puts one in a
+    # directive): a strict full-match pattern; the default is runs/untrusted.JOB_ID's.
+    job_id_pattern: ClassVar[str] = r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}"
+
+    @classmethod
+    def check_record(cls, run: Run) -> None:
+        """Check what only this scheduler keeps in run.json (the ssh backend's hosts and ssh
+        command line): raise HpctrainError naming the file and the key. backends.for_run calls
+        it before the backend answers for the run."""
+
     @classmethod
     def plan_values(cls, job) -> dict:
         """Plain values only this scheduler's templates use: LaunchPlan.scheduler."""

@@ -15,6 +15,7 @@ from ..errors import HpctrainError
 from typing import TYPE_CHECKING
 
 from ..runs.records import Run
+from ..runs.untrusted import MAX_SMALL, read_text
 
 if TYPE_CHECKING:
     from ..rank.records import RunRecord
@@ -40,10 +41,10 @@ def recorded_process_alive(record: RunRecord) -> bool:
 
 def _exit_status(d: Path) -> int | None:
     try:
-        text = (d / "status" / "exit_code").read_text().strip()
+        text = read_text(d / "status" / "exit_code", MAX_SMALL).strip()  # a regular file only
     except OSError:
         return None
-    return int(text) if text.lstrip("-").isdigit() else 1
+    return int(text) if text.lstrip("-").isdigit() and len(text) <= 4 else 1
 
 
 class LocalBackend(Backend):
@@ -78,7 +79,7 @@ class LocalBackend(Backend):
     def adopt(self, run: Run) -> str | None:
         """The job script writes its own pid (status/pid) as its first act."""
         try:
-            pid = int((run.path / "status" / "pid").read_text().split()[0])
+            pid = int(read_text(run.path / "status" / "pid", MAX_SMALL).split()[0])
         except (OSError, ValueError, IndexError):
             return None
         if str(run.path / self.script_name) not in _cmdline(pid):

@@ -305,8 +305,10 @@ class SubmititBackend(Backend):
     def _from_outcomes(self, run: Run) -> JobState:
         """The scheduler forgot the job, or it ran on this machine: its result pickles say."""
         rec = run.record
-        outcomes = outcomes_of(run)
-        if any(o == "error" for o, _ in outcomes.values()):
+        # Read, never unpickled: the outcome word is the pickle's first string (a run directory
+        # is untrusted data, and deciding a state must not run what a file says).
+        outcomes = {t: o for t in range(rec.ntasks) if (o := outcome_word(result_path(run, t)))}
+        if any(o == "error" for o in outcomes.values()):
             return JobState(State.FAILED, exit_code=1, job=str(rec.job_id))
         if outcomes and len(outcomes) == rec.ntasks:
             return JobState(State.COMPLETED, exit_code=0, job=str(rec.job_id))
@@ -336,19 +338,53 @@ class SubmititBackend(Backend):
         SlurmBackend().abort(job_id)
 
     def output_files(self, run: Run, task: int | None = None) -> list[Path]:
-        folder = Path(run.record.submitit_folder or run.path / SUBMITIT_DIR)
-        return sorted(folder.glob(f"{run.record.job_id}_*_log.out"))
+        # The run's own submitit/ folder (here: the mirror, which fetch fills), never a folder
+        # run.json names: a record must not point hpctrain at another place to read.
+        return sorted((run.path / SUBMITIT_DIR).glob(f"{run.record.job_id}_*_log.out"))
+
+
+def result_path(run: Run, task: int) -> Path:
+    """Where submitit leaves a task's result (its JobPaths.result_pickle), in the run's folder."""
+    return run.path / SUBMITIT_DIR / f"{run.record.job_id}_{task}_result.pkl"
+
+
+_STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING",
+               "BINSTRING", "STRING"}
+
+
+def outcome_word(path: Path) -> str | None:
+    """'success' or 'error': the first value of submitit's (outcome, value) pickle, read from
+    its opcodes without unpickling anything; None when there is no such file or it is not one."""
+    import io
+    import pickletools
+
+    from ..runs.untrusted import open_regular
+    try:
+        with open_regular(path) as f:
+            head = f.read(256)
+    except OSError:
+        return None
+    try:
+        for op, arg, _ in pickletools.genops(io.BytesIO(head)):
+            if op.name in ("PROTO", "FRAME", "MARK"):
+                continue
+            word = arg.decode("latin-1") if isinstance(arg, bytes) else arg
+            return word if op.name in _STRING_OPS and word in ("success", "error") else None
+    except Exception:  # noqa: BLE001 - a truncated or foreign stream: no outcome
+        return None
+    return None
 
 
 def outcomes_of(run: Run) -> dict[int, tuple[str, Any]]:
-    """Each task's (outcome, value) as submitit pickled it; tasks that left none are absent."""
-    from submitit.core.utils import JobPaths, pickle_load
+    """Each task's (outcome, value) as submitit pickled it; tasks that left none are absent.
+    Only for handle.result(s): the user asks for the values of a run of their own (a value is
+    unpickled only there, never to decide a state)."""
+    from submitit.core.utils import pickle_load
     rec = run.record
-    folder = Path(rec.submitit_folder or run.path / SUBMITIT_DIR)
     out = {}
     for task in range(rec.ntasks):
-        p = JobPaths(folder, job_id=str(rec.job_id), task_id=task).result_pickle
-        if p.exists():
+        p = result_path(run, task)
+        if outcome_word(p) is not None:
             out[task] = pickle_load(p)
     return out
 

@@ -72,9 +72,26 @@ def read(run: Run, write: Callable[[str], None] = sys.stdout.write, **which) -> 
         if many:
             write(f"==> {label} <==\n")
         try:
-            write(path.read_text(errors="replace"))
+            with _open(path) as f:
+                while chunk := f.read(1 << 20):  # a log of any size, a piece at a time
+                    write(chunk.decode(errors="replace"))
         except FileNotFoundError:
             pass
+
+
+def _open(path: Path):
+    """A log file, if it is a regular one: a named pipe or a device in a run directory (shared,
+    untrusted) must not hang `logs`."""
+    from ..runs.untrusted import Unreadable, open_regular
+    try:
+        return open_regular(path)
+    except Unreadable as exc:
+        raise HpctrainError(f"cannot show the log: {exc.strerror}",
+                            fix="remove it from the run directory: hpctrain writes logs there "
+                            "as regular files") from None
+    except PermissionError as exc:
+        raise HpctrainError(f"cannot read the log {path}: {exc.strerror}",
+                            fix="ask whoever owns the run to make it readable") from None
 
 
 def follow(run: Run, done: Callable[[], bool], write: Callable[[str], None] = sys.stdout.write,
@@ -113,14 +130,19 @@ def follow(run: Run, done: Callable[[], bool], write: Callable[[str], None] = sy
 
 
 def _new_text(path: Path, offsets: dict[Path, int], whole: bool = False) -> Iterator[str]:
+    step = 16 << 20  # read a piece at a time: a log may be larger than memory
     try:
-        with open(path, "rb") as f:
-            f.seek(offsets.get(path, 0))
-            data = f.read()
+        with _open(path) as f:
+            while True:
+                f.seek(offsets.get(path, 0))
+                data = f.read(step)
+                # Only whole lines while following, so a rank's line is never split by another's
+                # header (a piece with no line end at all is shown as it is).
+                cut = len(data) if whole or len(data) == step else data.rfind(b"\n") + 1
+                if cut:
+                    offsets[path] = offsets.get(path, 0) + cut
+                    yield data[:cut].decode(errors="replace")
+                if len(data) < step:
+                    return
     except FileNotFoundError:
         return
-    # Only whole lines while following, so a rank's line is never split by another's header.
-    cut = len(data) if whole else data.rfind(b"\n") + 1
-    if cut:
-        offsets[path] = offsets.get(path, 0) + cut
-        yield data[:cut].decode(errors="replace")

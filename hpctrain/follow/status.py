@@ -157,8 +157,8 @@ def gather_many(runs: list[Run], live: bool = True, follow: bool = True) -> list
                 continue
             if run.record.job_id is None and not _adopted(run, states):
                 continue
-            far = run.record.extra.get("remote") or {}
-            key = (run.record.backend, far.get("login"), tuple(far.get("ssh") or ()))
+            far = run.record.extra.get("remote") or {}  # a mapping (runs/untrusted.py)
+            key = (run.record.backend, str(far.get("login")), str(far.get("ssh")))
             by_backend.setdefault(key, []).append(run)
         for (name, _, _), group in by_backend.items():
             try:
@@ -189,6 +189,7 @@ def recent(limit: int = 20, live: bool = True) -> list[RunStatus]:
         run = Run(Path(entry["path"]))
         try:
             run.record  # noqa: B018 (read to know it is readable)
+            for_run(run)  # and that its backend and what it keeps for it are sound
             runs.append(run)
         except HpctrainError as exc:
             broken[run.path] = RunStatus(

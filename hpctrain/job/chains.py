@@ -81,6 +81,12 @@ def resolve(spec, site, where) -> tuple[dict, ...]:
             raise HpctrainError(f"'after' names run {run.id}, which ran on '{scheduler}'; this "
                                 f"job goes to '{site.scheduler}' (site '{site.name}')", at,
                                 "a job can only wait for runs of its own scheduler")
+        if not re.fullmatch(chosen.job_id_pattern, str(rec.job_id)):
+            # Read from another run's record (shared, untrusted data) and put into a directive:
+            # held to the scheduler's own id pattern, so that no value adds a line or an option.
+            raise HpctrainError(f"'after' names run {run.id}, whose {run.path / 'run.json'} "
+                                f"key 'job_id' {str(rec.job_id)[:40]!r} is not a {chosen.name} "
+                                "job id", at, "restore that run's run.json, or wait for another run")
         if rec.final:
             _never(mode, run.id, rec.job_id, rec.state, at)
         out.append({"mode": mode, "run_id": run.id, "job_id": str(rec.job_id),

@@ -79,10 +79,33 @@ def _names(cls) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
 
+MAX_RECORD = 8 << 20
+
+
+def read_bytes(path: str, limit: int = MAX_RECORD) -> bytes:
+    """A regular file's bytes, at most `limit`: a run directory is shared, untrusted data, and
+    a named pipe, a device or a socket put in a record's place must not hang its reader (opened
+    without waiting, then refused). RecordError for those and for a file over the limit."""
+    import stat
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RecordError(f"{path}: not a regular file (a pipe, device or socket?)")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            data = f.read(limit + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > limit:
+        raise RecordError(f"{path}: larger than {limit >> 20} MiB")
+    return data
+
+
 def read_json(path: str) -> Any:
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        return json.loads(read_bytes(path).decode("utf-8"))
     except UnicodeDecodeError:
         raise RecordError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
@@ -359,9 +382,8 @@ def read_job_failures(run_dir: str) -> list[JobFailure]:
     path = os.path.join(run_dir, "status", "failures.jsonl")
     out = []
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
+        lines = read_bytes(path).decode("utf-8", errors="replace").splitlines()
+    except (OSError, RecordError):
         return []
     for line in lines:
         try:

@@ -73,17 +73,27 @@ class Run(msgspec.Struct):
 
     @property
     def record(self) -> RunRecord:
-        from ..rank.records import RecordError, RunRecord
+        from ..rank.records import RecordError, RunRecord, _build
+        from .untrusted import Unreadable, check_record, read_regular
+        path = self.path / RECORD
         try:
-            return RunRecord.load(str(self.path / RECORD))
+            # A regular file of a bounded size only (a FIFO or /dev/zero must not hang), its
+            # values checked like a job file's: run directories are shared, untrusted data.
+            data = json.loads(read_regular(path).decode("utf-8"))
+            rec = _build(RunRecord, data, str(path))
         except FileNotFoundError:
             raise HpctrainError(f"{self.path} is not a run directory (no {RECORD})") from None
-        except RecordError as exc:
-            raise HpctrainError(f"the run's record is damaged: {exc}",
-                                fix=f"restore {self.path / RECORD} or remove the run directory"
-                                ) from None
+        except (RecordError, ValueError, RecursionError) as exc:
+            what = exc if isinstance(exc, RecordError) else f"{path}: not valid JSON or UTF-8 text"
+            raise HpctrainError(f"the run's record is damaged: {what}",
+                                fix=f"restore {path} or remove the run directory") from None
         except OSError as exc:
-            raise HpctrainError(f"cannot read {self.path / RECORD}: {exc.strerror}") from None
+            raise HpctrainError(exc.strerror if isinstance(exc, Unreadable)
+                                else f"cannot read {path}: {exc.strerror}",
+                                fix=f"{RECORD} must be a regular file hpctrain wrote; restore it "
+                                "or remove the run directory") from None
+        check_record(rec, path)
+        return rec
 
     def update(self, **fields) -> RunRecord:
         rec = self.record
@@ -176,8 +186,9 @@ def indexed() -> list[dict]:
     """Runs in the index, newest last, skipping those whose directory is gone and lines that
     are not an index entry (a damaged line hides no other run)."""
     idx = index_path()
+    from .untrusted import read_text
     try:
-        text = idx.read_text(errors="replace")
+        text = read_text(idx, 256 << 20)
     except FileNotFoundError:
         return []
     except OSError as exc:

@@ -69,6 +69,8 @@ class SlurmBackend(Backend):
         return [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={directive_value(v)}"
                 for k, v in directives]
 
+    job_id_pattern = r"[0-9]{1,12}"  # what sbatch --parsable answers (before a ';cluster')
+
     def submit_command(self, script: Path, plan=None) -> list[str]:
         return ["sbatch", "--parsable", str(script)]
 

@@ -51,6 +51,10 @@ _WITH_ENV = ('while IFS= read -r -d "" n && IFS= read -r -d "" v; do export "$n=
 _PROBE = ('command -v "$1" >/dev/null 2>&1 || { echo "hpctrain: $1: command not found" >&2; '
           'exit 127; }; mkdir -p -- "$2" || exit 3; shift 2; '
           '"$@" -c "import sys; print(\'%d.%d\' % sys.version_info[:2])" 2>/dev/null || echo none')
+# `submit --resume` on the cluster: the ended attempt's failure.json appended to failures.jsonl
+# as one line (rank/records.archive_job_failure does the same in the mirror).
+_ARCHIVE = ('cd -- "$1" 2>/dev/null || exit 0; [ -f failure.json ] || exit 0; '
+            '{ tr -d "\n" <failure.json; echo; } >>failures.jsonl && rm -f failure.json')
 # What a followed run brings back (logs, records, results); once it ended, the same again, whole.
 _FETCHED = ["--include=/logs/***", "--include=/status/***", "--include=/results/***",
             "--include=/submitit/***", "--include=/tasks/", "--include=/tasks/*/",
@@ -125,6 +129,27 @@ def far_record(site: SiteProfile, far_dir: Path) -> dict:
         opts = msgspec.structs.replace(opts, user=user)
     return {"login": host, "ssh": openssh.ssh_words(opts), "connect_timeout": opts.connect_timeout,
             "path": str(far_dir)}
+
+
+def checked_far(far, where: str) -> dict:
+    """run.json's `remote` section read back (what far_record wrote), each value checked: the
+    login node a host name, the ssh command line ssh plus checked options (openssh.checked_words),
+    the directory an absolute path. HpctrainError naming the file and the key otherwise: a
+    record is data, and never a command."""
+    try:
+        if not isinstance(far, dict):
+            raise ValueError(f"{where}' is not a mapping")
+        openssh.checked_host(far.get("login"), f"{where}.login'")
+        openssh.checked_words(far.get("ssh"), f"{where}.ssh'")
+        openssh.checked_timeout(far.get("connect_timeout"), f"{where}.connect_timeout'")
+        path = far.get("path")
+        if not (isinstance(path, str) and path.startswith("/") and len(path) <= 4096
+                and re.fullmatch(r"[!-~]+", path)):
+            raise ValueError(f"{where}.path' is not an absolute path on the cluster")
+    except ValueError as exc:
+        raise HpctrainError(f"{exc}", fix="restore run.json (hpctrain writes it at submit) or "
+                            "remove that run directory; its values are never run") from None
+    return far
 
 
 class ThroughLogin:
@@ -383,6 +408,24 @@ class RemoteBackend(Backend):
         with commands.on(self.login.with_env(secrets)):
             return self.inner.submit(run, prep)
 
+    def resubmit(self, run: Run, exclude: list[str]) -> str:
+        """`submit --resume` of a run on the cluster: its script submitted again there, by the
+        login node's sbatch, with the secrets as submit gives them (stdin, never a file); the
+        mirror's decisions (status/excluded.json) first copied there, and the ended attempt's
+        failure.json archived there as here, so that status speaks of the new job."""
+        from ...runs.untrusted import job_secrets
+        far_dir = Path(self.far["path"])
+        secrets = {name: os.environ.get(name, "") for name in job_secrets(run.path)}
+        try:
+            if (run.path / "status" / "excluded.json").is_file():
+                self.login.push(str(run.path / "status"), str(far_dir / "status"),
+                                files=["excluded.json"])
+            self.login.tool(["bash", "-c", _ARCHIVE, "hpctrain", str(far_dir / "status")])
+        except SchedulerError as exc:
+            raise HpctrainError(exc.what, fix=exc.fix) from None
+        with commands.on(self.login.with_env(secrets)):
+            return self.inner.resubmit(Run(far_dir), exclude)
+
     def states(self, runs: list[Run]) -> list[JobState]:
         # Fetched before asking (a function run whose job Slurm forgot is judged by its result
         # pickles) and again for those that ended (their last lines and results).
@@ -419,8 +462,10 @@ class RemoteBackend(Backend):
         return self.inner.output_files(run, task)
 
     def fetch(self, run: Run) -> None:
-        """The run's logs, records and results from the cluster into its mirror here."""
-        self.login.pull(self.far["path"], str(run.path), _FETCHED)
+        """The run's logs, records and results from the cluster into its mirror here (from
+        that run's own directory there: runs asked in one group share only the login node)."""
+        far = checked_far(run.record.extra.get("remote"), f"{run.path / 'run.json'}: 'remote")
+        self.login.pull(far["path"], str(run.path), _FETCHED)
 
     def refresh(self, run: Run) -> str | None:
         """Fetch while `logs -f` follows (at most once a second); a lost connection is said once

@@ -90,6 +90,30 @@ class SshBackend(Backend):
         openssh.check_section(site.ssh, doc)
 
     @classmethod
+    def check_record(cls, run: Run) -> None:
+        """run.json's `ssh` section (what submit recorded): hosts, the ssh command line, the
+        sync mode, each checked; status/logs/cancel rebuild their commands from these parts."""
+        info = run.record.extra.get("ssh")
+        if info is None:
+            return
+        where = f"{run.path / 'run.json'}: 'ssh"
+        try:
+            if not isinstance(info, dict):
+                raise ValueError(f"{where}' is not a mapping")
+            hosts = info.get("hosts")
+            if not (isinstance(hosts, list) and 1 <= len(hosts) <= 4096):
+                raise ValueError(f"{where}.hosts' is not a list of 1 to 4096 hosts")
+            for i, host in enumerate(hosts):
+                openssh.checked_host(host, f"{where}.hosts[{i}]'")
+            openssh.checked_words(info.get("ssh"), f"{where}.ssh'")
+            openssh.checked_timeout(info.get("connect_timeout"), f"{where}.connect_timeout'")
+            if info.get("sync") not in (None, "rsync", "shared", "none"):
+                raise ValueError(f"{where}.sync' is not a sync mode")
+        except ValueError as exc:
+            raise HpctrainError(f"{exc}", fix="restore run.json (hpctrain writes it at submit) "
+                                "or remove that run directory; its values are never run") from None
+
+    @classmethod
     def check_job(cls, spec, site, where) -> list[str]:
         hosts = openssh.site_hosts(site.hosts, where.site_doc.source)
         nodes = spec.resources.nodes
@@ -386,6 +410,7 @@ def _env(name: str) -> str:
 
 
 def _info(run: Run) -> dict | None:
+    SshBackend.check_record(run)  # every run of a group, not only the one for_run was given
     info = run.record.extra.get("ssh")
     return info if isinstance(info, dict) and info.get("hosts") else None
 

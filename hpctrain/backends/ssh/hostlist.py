@@ -113,8 +113,24 @@ def _expand_item(item: str) -> list[str]:
     return names
 
 
-def expand(text: str) -> list[str]:
-    """Every host name of a Slurm node list, in scontrol's order (`scontrol show hostnames`)."""
+def count(text: str) -> int:
+    """How many names expand(text) gives, without making them (a range of 10^8 hosts is counted,
+    not listed). ValueError as expand raises it."""
+    total = 0
+    for item in _items(text):
+        groups, _ = _groups(item) if "[" in item or "]" in item else ([], "")
+        n = 1
+        for _, body in groups:
+            n *= sum(b - a + 1 for a, b, _ in _ranges(body, item))
+        total += n
+    return total
+
+
+def expand(text: str, limit: int | None = None) -> list[str]:
+    """Every host name of a Slurm node list, in scontrol's order (`scontrol show hostnames`);
+    ValueError when it names more than `limit` (checked before any is made)."""
+    if limit is not None and (n := count(text)) > limit:
+        raise ValueError(f"the host list names {n} hosts, more than {limit}")
     if "[" not in text and "]" not in text:
         return _items(text)
     out: list[str] = []

@@ -58,23 +58,58 @@ def hostfile_path(value: str, site_source: str) -> Path:
     return path
 
 
+MAX_HOSTS = 10_000  # one torchrun per host: far above any ssh site, far below a memory problem
+_SYSTEM = ("/proc/", "/sys/", "/dev/")
+
+
+def _line_problem(at: str, line: str, why: str) -> ValueError:
+    """A hostfile line refused, shown as a short, printable excerpt only: a site is shared and a
+    hostfile may be any file (never a secret printed to a terminal or a CI log)."""
+    from ...runs.untrusted import excerpt
+    shown = "" if "=" in line or not line.isprintable() else f" ({excerpt(line, 24)})"
+    return ValueError(f"{at}: {why}{shown}")
+
+
+def read_hostfile(path: Path) -> str:
+    """A hostfile's text: a regular file of at most 1 MiB, UTF-8, never a system file (/proc,
+    /sys, /dev: the process environment is no hosts file). ValueError says what is wrong,
+    without its content."""
+    from ...runs.untrusted import Unreadable, read_regular
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        real = str(path)
+    if real.startswith(_SYSTEM) or real in ("/proc", "/sys", "/dev"):
+        raise ValueError(f"the hostfile {path} is a system file ({real}), not a list of hosts")
+    try:
+        data = read_regular(path, MAX_HOSTFILE)
+    except FileNotFoundError:
+        raise ValueError(f"the hostfile {path} does not exist") from None
+    except Unreadable as exc:
+        raise ValueError(f"the hostfile {exc.strerror} (at most 1 MiB)" if "larger" in exc.strerror
+                         else f"the hostfile {exc.strerror}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read the hostfile {path}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"the hostfile {path} is not UTF-8 text") from None
+    if "\0" in text:
+        raise ValueError(f"the hostfile {path} holds NUL bytes: it is not a text file of hosts")
+    return text
+
+
 def site_hosts(value, site_source: str) -> list[str]:
-    """Every host a site's `hosts:` names, in order. ValueError says what is wrong."""
-    from .hostlist import expand
+    """Every host a site's `hosts:` names, in order, at most MAX_HOSTS. ValueError says what is
+    wrong (a hostfile's lines only as short, printable excerpts)."""
+    from .hostlist import count, expand
     if isinstance(value, list):
+        if len(value) > MAX_HOSTS:
+            raise ValueError(f"the list names {len(value)} hosts, more than {MAX_HOSTS}")
         items = [(str(v), f"entry {i}") for i, v in enumerate(value)]
     elif "/" in value:
         path = hostfile_path(value, site_source)
-        try:
-            if path.stat().st_size > MAX_HOSTFILE:
-                raise ValueError(f"the hostfile {path} is larger than 1 MiB")
-            text = path.read_bytes().decode("utf-8")
-        except FileNotFoundError:
-            raise ValueError(f"the hostfile {path} does not exist") from None
-        except UnicodeDecodeError:
-            raise ValueError(f"the hostfile {path} is not UTF-8 text") from None
-        except OSError as exc:
-            raise ValueError(f"cannot read the hostfile {path}: {exc.strerror}") from None
+        text = read_hostfile(path)
         items = []
         # Lines end at "\n" alone (str.splitlines also ends them at \x85, \x1c..\x1e, \v, \f,
         # U+2028: control characters that must be refused as a host name, not read as breaks).
@@ -82,23 +117,34 @@ def site_hosts(value, site_source: str) -> list[str]:
             line = line.split("#", 1)[0].strip()
             if line:
                 if len(line.split()) > 1:
-                    raise ValueError(f"{path}:{n}: one host (or host list) a line, got {line!r} "
-                                     "(resources.procs_per_node sets the ranks per host)")
+                    raise _line_problem(f"{path}:{n}", line, "one host (or host list) a line "
+                                        "(resources.procs_per_node sets the ranks per host)")
                 items.append((line, f"{path}:{n}"))
         if not items:
             raise ValueError(f"the hostfile {path} names no host")
     else:
         items = [(value, "")]
     hosts: list[str] = []
+    total = 0
     for text, at in items:
         try:
+            total += count(text)
+            if total > MAX_HOSTS:
+                raise ValueError(f"more than {MAX_HOSTS} hosts are named (one torchrun per host)")
             names = expand(text)
         except ValueError as exc:
+            if "/" in at:  # a hostfile's line: its content only as a short excerpt
+                why = "is not a host list" if "invalid hostlist" in str(exc) else str(exc)
+                raise _line_problem(at, text, why) from None
             raise ValueError(f"{at + ': ' if at else ''}{exc}") from None
         for name in names:
             if not HOST.fullmatch(name):
-                raise ValueError(f"{at + ': ' if at else ''}{name!r} is not a host name or IPv4 "
-                                 "address (letters, digits, '.' and '-', not first or last)")
+                from ...runs.untrusted import excerpt
+                problem = "is not a host name or IPv4 address (letters, digits, '.' and '-', " \
+                          "not first or last)"
+                if "/" in at:
+                    raise _line_problem(at, name, problem)
+                raise ValueError(f"{at + ': ' if at else ''}{excerpt(name, 60)} {problem}")
         hosts += names
     if not hosts:
         raise ValueError("no host is named")
@@ -171,6 +217,63 @@ def ssh_words(opts) -> list[str]:
     if opts.user:
         words += ["-l", opts.user]
     return words
+
+
+# The options ssh_words writes itself beside the site's (which pass option_problem).
+_WRITTEN = {"batchmode", "loglevel", "connecttimeout", "stricthostkeychecking",
+            "userknownhostsfile", "identityfile", "identitiesonly"}
+
+
+def checked_words(words, where: str) -> list[str]:
+    """An ssh command line read back from a run's record (run.json: `remote.ssh`, `ssh.ssh`),
+    held to what ssh_words writes: `ssh`, then `-o Key=value` options a site may give (never one
+    that runs a program or changes the session), `-p PORT`, `-l USER`, with BatchMode=yes.
+    ValueError says what is wrong (`where`: the file and key). A record is data, never a
+    command: whoever can write a run directory must not run anything as whoever reads it."""
+    if not (isinstance(words, list) and 1 <= len(words) <= 256 and words[0] == "ssh"
+            and all(isinstance(w, str) for w in words)):
+        raise ValueError(f"{where} is not an ssh command line hpctrain wrote (['ssh', ...])")
+    i, batch = 1, False
+    while i < len(words):
+        flag, value = words[i], words[i + 1] if i + 1 < len(words) else None
+        if value is None:
+            raise ValueError(f"{where}: {flag!r} has no value")
+        if flag == "-o":
+            m = OPTION.fullmatch(value)
+            key = m.group(1).lower() if m else ""
+            if m is None or (key not in _WRITTEN and option_problem(value)):
+                raise ValueError(f"{where}: the option {value[:60]!r} is not one hpctrain writes "
+                                 "(only -o Key=value options a site may give)")
+            if key == "batchmode":
+                if m.group(2).lower() != "yes":
+                    raise ValueError(f"{where}: BatchMode must be yes (no prompt may hang)")
+                batch = True
+        elif flag == "-p":
+            if not (value.isdigit() and 1 <= int(value) <= 65535):
+                raise ValueError(f"{where}: -p {value[:20]!r} is not a port")
+        elif flag == "-l":
+            if not USER.fullmatch(value):
+                raise ValueError(f"{where}: -l {value[:40]!r} is not a user name")
+        else:
+            raise ValueError(f"{where}: {flag[:40]!r} is not an option hpctrain writes "
+                             "(-o, -p, -l)")
+        i += 2
+    if not batch:
+        raise ValueError(f"{where}: BatchMode=yes is missing (no prompt may hang)")
+    return list(words)
+
+
+def checked_host(host, where: str) -> str:
+    if not (isinstance(host, str) and HOST.fullmatch(host)):
+        shown = host[:60] if isinstance(host, str) else type(host).__name__
+        raise ValueError(f"{where}: {shown!r} is not a host name")
+    return host
+
+
+def checked_timeout(value, where: str) -> int | None:
+    if value is not None and not (type(value) is int and 1 <= value <= 86400):
+        raise ValueError(f"{where}: {str(value)[:20]!r} is not a timeout in seconds (1..86400)")
+    return value
 
 
 def rsync_shell(words: list[str]) -> str:

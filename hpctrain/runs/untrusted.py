@@ -1,0 +1,190 @@
+"""A run directory is untrusted data: what is read from it is checked before it is used.
+
+Run directories live on shared file systems (a team's runs_dir, scratch) and anyone who can write
+there can write a run.json, a status file or a log. So, the same rules as for a job file:
+
+- only regular files are read, never a FIFO, a device or a socket (opening one of those could
+  wait for ever, or read for ever), and never more than a bound (read_regular, open_regular);
+- run.json's values are checked for type, size and shape (check_record): ids against strict
+  patterns, counts bounded, lists and strings of a bounded length; a record that fails names
+  the file and the key, as an HpctrainError (exit 2), never an internal error;
+- commands are never read from a record: the backends rebuild them from checked parts
+  (backends/ssh/openssh.py checked_words), and nothing is unpickled to decide a state.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+from ..errors import HpctrainError
+
+# Bounds: far above anything hpctrain writes, far below what could exhaust a machine.
+MAX_RECORD = 8 << 20  # run.json, an index line's file, a status record
+MAX_SMALL = 4096  # a pid or an exit code file
+MAX_COUNT = 100_000  # array tasks, submitit tasks, nodes; Slurm's own MaxArraySize caps at 4000001
+MAX_PROCS = 4096  # ranks per node
+MAX_TEXT = 4096  # one string value of a record
+MAX_LIST = 100_000  # entries of one list of a record
+
+# Ids as hpctrain makes them: run ids (runs/records.new_run_id), job names, job ids of any backend
+# (1234, 1234_5, local-4321, ws1:4321): letters, digits and . _ - : @, never a space, a newline,
+# a quote or a leading '-'.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}")
+
+
+class Unreadable(OSError):
+    """A path in a run directory that is not a regular file, or is larger than its bound."""
+
+
+def _describe(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+def open_regular(path, mode: str = "rb"):
+    """Open a file for reading only if it is a regular file (symbolic links followed): a FIFO is
+    opened without waiting for a writer (O_NONBLOCK) and refused, as are devices and sockets.
+    FileNotFoundError as open() raises it; Unreadable for the rest."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Unreadable(0, f"{path} is {_describe(st.st_mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return f
+
+
+def read_regular(path, limit: int = MAX_RECORD) -> bytes:
+    """A regular file's bytes, at most `limit` of them (Unreadable when it holds more)."""
+    with open_regular(path) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise Unreadable(0, f"{path} is larger than {_size(limit)}")
+    return data
+
+
+def read_text(path, limit: int = MAX_RECORD) -> str:
+    return read_regular(path, limit).decode("utf-8", errors="replace")
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def excerpt(text: str, width: int = 40) -> str:
+    """A short, printable excerpt of untrusted text for an error message: control characters
+    shown escaped, the rest cut."""
+    shown = text[:width].encode("unicode_escape", errors="replace").decode("ascii")
+    return repr(shown + ("..." if len(text) > width else ""))
+
+
+# ----------------------------------------------------------------------------- run.json
+
+_STRINGS = ("run_id", "name", "site", "backend", "site_ref", "scheduler", "library", "script",
+            "source", "workdir", "job_id", "state", "reason", "submitted", "pid_start",
+            "hpctrain_version", "kind", "submitit_folder")
+_COUNTS = {"nodes": (1, MAX_COUNT), "procs_per_node": (1, MAX_PROCS), "ntasks": (1, MAX_COUNT),
+           "array_size": (0, MAX_COUNT), "parallel": (0, MAX_COUNT),
+           "pid": (0, 4 << 20), "exit_code": (-(1 << 31), 1 << 31)}
+_LISTS = ("task_states", "task_values", "after", "jobs")
+
+
+def _bad(path, key: str, what: str) -> HpctrainError:
+    return HpctrainError(f"{path}: '{key}' {what}", fix=f"restore {path} (hpctrain writes it at "
+                         "submit), or remove that run directory; its values are never run")
+
+
+def _control(text: str) -> bool:
+    return any(ord(c) < 32 or 0x7f <= ord(c) < 0xa0 or c in "\u2028\u2029" for c in text)
+
+
+def check_record(rec, path) -> None:
+    """Every value of a run.json (rank/records.RunRecord, already type-checked) within its
+    bounds and patterns; HpctrainError naming the file and the key."""
+    for key in _STRINGS:
+        value = getattr(rec, key)
+        if value is not None and len(value) > MAX_TEXT:
+            raise _bad(path, key, f"is {len(value)} characters long (at most {MAX_TEXT})")
+    for key in ("run_id", "name", "site", "backend", "scheduler", "library", "kind", "state"):
+        value = getattr(rec, key)
+        if value is not None and (not value or _control(value) or value.startswith("-")):
+            raise _bad(path, key, f"is {excerpt(value)}, not a name")
+    if not RUN_ID.fullmatch(rec.run_id):
+        raise _bad(path, "run_id", f"is {excerpt(rec.run_id)}, not a run id")
+    if rec.job_id is not None and not JOB_ID.fullmatch(rec.job_id):
+        raise _bad(path, "job_id", f"is {excerpt(rec.job_id)}, not a job id")
+    for key, (lo, hi) in _COUNTS.items():
+        value = getattr(rec, key)
+        if value is not None and not lo <= value <= hi:
+            raise _bad(path, key, f"is {value}, outside {lo}..{hi}")
+    for key in _LISTS:
+        if len(getattr(rec, key)) > MAX_LIST:
+            raise _bad(path, key, f"has more than {MAX_LIST} entries")
+    for i, t in enumerate(rec.task_states):
+        if not (isinstance(t, list) and len(t) == 3 and isinstance(t[0], str)
+                and isinstance(t[1], str) and (t[2] is None or type(t[2]) is int)):
+            raise _bad(path, f"task_states[{i}]", "is not [job, state, exit code]")
+    for i, v in enumerate(rec.task_values):
+        if not isinstance(v, dict):
+            raise _bad(path, f"task_values[{i}]", "is not a mapping")
+    for i, dep in enumerate(rec.after):
+        if not (isinstance(dep, dict) and all(isinstance(dep.get(k), str) for k in
+                                              ("mode", "run_id", "job_id", "path"))):
+            raise _bad(path, f"after[{i}]", "is not {mode, run_id, job_id, path} (strings)")
+        if not JOB_ID.fullmatch(dep["job_id"]):
+            raise _bad(path, f"after[{i}].job_id", f"is {excerpt(dep['job_id'])}, not a job id")
+    for i, j in enumerate(rec.jobs):
+        if not (isinstance(j, str) and JOB_ID.fullmatch(j)):
+            raise _bad(path, f"jobs[{i}]", f"is {excerpt(str(j))}, not a job id")
+    for key in ("ssh", "remote"):
+        value = rec.extra.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise _bad(path, key, "is not a mapping")
+
+
+def where(run_path: Path) -> str:
+    return str(Path(run_path) / "run.json")
+
+
+# ----------------------------------------------------------------------------- job.yaml
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def job_secrets(run_path: Path) -> list[str]:
+    """The secret names of a run's resolved job (its job.yaml, as submit wrote it), checked:
+    environment variable names, at most 256. `submit --resume` needs them set again."""
+    import yaml
+    path = Path(run_path) / "job.yaml"
+    try:
+        data = yaml.safe_load(read_regular(path, MAX_RECORD).decode("utf-8")) or {}
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise HpctrainError(f"cannot read {path}: {getattr(exc, 'strerror', None) or 'not YAML text'}",
+                            fix="restore it (hpctrain writes it at submit) or submit the job "
+                            "file again") from None
+    names = data.get("secrets") if isinstance(data, dict) else None
+    if names is None:
+        return []
+    if not (isinstance(names, list) and len(names) <= 256
+            and all(isinstance(n, str) and ENV_NAME.fullmatch(n) for n in names)):
+        raise HpctrainError(f"{path}: 'secrets' is not a list of environment variable names",
+                            fix="restore it (hpctrain writes it at submit) or submit the job "
+                            "file again")
+    return list(names)
