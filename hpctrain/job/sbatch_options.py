@@ -131,6 +131,20 @@ def check(options: dict, site, where, site_where) -> list[str]:
         if name in OWNED:
             raise HpctrainError(f"'sbatch.{key}': hpctrain sets --{name} itself", at,
                                 f"use {OWNED[name]}")
+        # sbatch takes an unambiguous abbreviation of a long option as the option itself
+        # (getopt_long): a prefix of one hpctrain owns is refused as the option is.
+        owned = sorted(o for o in OWNED if o.startswith(name)) if name not in KNOWN else []
+        if owned:
+            raise HpctrainError(f"'sbatch.{key}': sbatch reads --{name} as an abbreviation of "
+                                f"--{owned[0]}" + (f" (or {', '.join('--' + o for o in owned[1:])})"
+                                                   if len(owned) > 1 else "")
+                                + ", which hpctrain sets itself", at, f"use {OWNED[owned[0]]}")
+        banned = sorted(o for o in forbidden | skipped if o.startswith(name) and o != name) \
+            if name not in KNOWN else []
+        if banned:
+            raise HpctrainError(f"'sbatch.{key}': sbatch reads --{name} as an abbreviation of "
+                                f"--{banned[0]}, which site '{site.name}' does not allow", at,
+                                "remove it, or ask whoever keeps the site profile")
         if name in forbidden:
             raise HpctrainError(f"'sbatch.{key}': site '{site.name}' does not allow jobs to set "
                                 f"--{name}", at, "remove it (the site profile's sbatch_forbid "
@@ -140,6 +154,7 @@ def check(options: dict, site, where, site_where) -> list[str]:
                                 "(its sbatch_skip leaves it out of every job)", at,
                                 "remove it, or ask whoever keeps the site profile")
         _check_value(name, key, value, at)
+        _check_as_written(key, value, at, where)
         if name not in KNOWN:
             close = nearest(name, KNOWN)
             warnings.append(f"{at}: sbatch option --{name} is not one hpctrain knows "
@@ -166,6 +181,41 @@ def _check_value(name: str, key: str, value, at: str) -> None:
                                 "cannot carry", at,
                                 f"give --{name} a value of printable ASCII characters without "
                                 "quotes or backslashes (spaces are quoted for you)")
+
+
+_CANONICAL_BOOL = {"true", "false", "True", "False", "TRUE", "FALSE"}
+
+
+def _check_as_written(key: str, value, at: str, where) -> None:
+    """A value reaches sbatch as the user wrote it, or is refused: YAML 1.1 reads unquoted
+    `yes`/`on`/`off` as booleans and `010`, `0x1f`, `1_000`, `1e3` as numbers whose text
+    differs from what was written (base-60 `30:00` is refused at load, schema/yamlfile.py)."""
+    raw = {}
+    for doc, prefix in ((getattr(where, "job", None), ("sbatch", key)),
+                        (getattr(where, "site_doc", None), ("defaults", "sbatch", key))):
+        for path, text in (getattr(doc, "raw", None) or {}).items():
+            if path[:len(prefix)] == prefix and len(path) <= len(prefix) + 1:
+                raw.setdefault(path[len(prefix):], text)
+    items = [((i,), v) for i, v in enumerate(value)] if isinstance(value, list) else [((), value)]
+    for sub, item in items:
+        text = raw.get(sub)
+        if text is None:
+            continue
+        if isinstance(item, bool):
+            changed = text not in _CANONICAL_BOOL
+            meant = "true" if item else "false"
+        elif isinstance(item, (int, float)):
+            changed = text != str(item)
+            meant = str(item)
+        else:
+            continue
+        if changed:
+            shown = f"{key}[{sub[0]}]" if sub else key
+            raise HpctrainError(f"'sbatch.{shown}' is {text} unquoted, which YAML reads as "
+                                f"{meant}, not the text you wrote", at,
+                                f"quote it (\"{text}\") to pass it as written"
+                                + ("" if sub or not isinstance(item, bool) else
+                                   ", or write true/false for a flag"))
 
 
 def check_site(site, where) -> None:

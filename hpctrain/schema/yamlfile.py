@@ -23,10 +23,14 @@ MAX_DEPTH = 32
 class Located(dict):
     """A loaded document: the data, plus the file and the line where each key path starts."""
 
-    def __init__(self, data: dict, source: str, lines: dict[KeyPath, int]):
+    def __init__(self, data: dict, source: str, lines: dict[KeyPath, int],
+                 raw: dict[KeyPath, str] | None = None):
         super().__init__(data)
         self.source = source
         self.lines = lines
+        # The text as written of each unquoted value that YAML read as a number, a boolean or
+        # null: sbatch_options refuses one that YAML 1.1 changed (`on` -> true, `010` -> 8).
+        self.raw = raw or {}
 
     def has(self, path: KeyPath) -> bool:
         return tuple(path) in self.lines
@@ -93,14 +97,31 @@ def _invalid(exc, source: str) -> HpctrainError:
                          "check the indentation and quoting around that line")
 
 
-def _collect_lines(root, source: str) -> dict[KeyPath, int]:
-    """The line of every key path, refusing a key given twice in one mapping. Iterative: the
-    depth is bounded already, but no recursion is needed either."""
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def _collect_lines(root, source: str, raw: dict[KeyPath, str] | None = None) -> dict[KeyPath, int]:
+    """The line of every key path, refusing a key given twice in one mapping, and an unquoted
+    value that YAML 1.1 reads as a base-60 number (`30:00` -> 1800). Iterative: the depth is
+    bounded already, but no recursion is needed either. raw: filled with the text of each
+    unquoted non-string value, by key path."""
     yaml, _ = _yaml()
     lines: dict[KeyPath, int] = {}
     stack = [(root, ())]
     while stack:
         node, path = stack.pop()
+        if isinstance(node, yaml.ScalarNode) and not node.style and node.tag != _STR_TAG \
+                and path:
+            if ":" in node.value and node.tag.endswith((":int", ":float")):
+                shown = ".".join(map(str, path))
+                raise HpctrainError(
+                    f"'{shown}' is {node.value} unquoted, which YAML reads as the base-60 number "
+                    f"{yaml.safe_load(node.value)} (YAML 1.1), not the text you wrote",
+                    f"{source}:{node.start_mark.line + 1}",
+                    "quote it: " + (f"{path[-1]}: " if isinstance(path[-1], str) else "")
+                    + f"\"{node.value}\"")
+            if raw is not None:
+                raw[path] = node.value
         if isinstance(node, yaml.MappingNode):
             seen: dict = {}
             for key, value in node.value:
@@ -142,13 +163,26 @@ def load_text(text: str, source: str) -> Located:
         raise HpctrainError(
             f"the file must hold a mapping of keys, not a {type(data).__name__}", source,
             "start the file with 'name: …' and the other keys at the left margin")
-    return Located(data, source, _collect_lines(node, source) if node is not None else {})
+    raw: dict[KeyPath, str] = {}
+    lines = _collect_lines(node, source, raw) if node is not None else {}
+    return Located(data, source, lines, raw)
 
 
 def load_file(path: str | Path) -> Located:
     path = Path(path)
     try:
-        with open(path, "rb") as f:
+        # Without waiting for a writer, and a regular file only: a named pipe or a device named
+        # as a job file or site profile must not hang (nor /dev/zero fill memory).
+        import stat
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(mode):
+                raise HpctrainError(f"{path} is not a regular file (a named pipe, device or "
+                                    "socket)", fix="give the path of a YAML file")
+            os.set_blocking(fd, True)
             raw = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise HpctrainError(f"no such file: {path}", fix="check the path") from None
