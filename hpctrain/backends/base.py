@@ -32,6 +32,9 @@ class State(str, Enum):
     COMPLETED = "COMPLETED"  # ended with exit status 0
     FAILED = "FAILED"  # ended with a non-zero status
     CANCELLED = "CANCELLED"  # by the user (or an administrator)
+    # Ended on a signal sent to the job itself (no scheduler: a `kill`, a shutdown, a closed
+    # session), its ranks having saved what they could: `submit --resume` continues it.
+    STOPPED = "STOPPED"
     TIMEOUT = "TIMEOUT"  # reached its time limit
     PREEMPTED = "PREEMPTED"  # preempted and not requeued
     NODE_FAIL = "NODE_FAIL"  # a node failed under it
@@ -47,7 +50,7 @@ class State(str, Enum):
         return self.value
 
 
-_FINAL = {State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.PREEMPTED,
+_FINAL = {State.COMPLETED, State.FAILED, State.CANCELLED, State.STOPPED, State.TIMEOUT, State.PREEMPTED,
           State.NODE_FAIL, State.OUT_OF_MEMORY, State.LOST}
 
 

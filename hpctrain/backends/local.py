@@ -6,6 +6,7 @@ recorded process still lives are the whole state.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -39,6 +40,19 @@ def recorded_process_alive(record: RunRecord) -> bool:
     return bool(pid) and _start_time(pid) is not None and _start_time(pid) == record.pid_start
 
 
+def _stopped(d: Path) -> str | None:
+    """status/stopped.json's message: the job ended on a signal and says what was saved
+    (rank/ending.py); None when it did not."""
+    path = d / "status" / "stopped.json"
+    try:
+        if not path.is_file() or path.stat().st_size > 65536:
+            return None
+        message = json.loads(path.read_text()).get("message")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return " ".join(message.split())[:500] if isinstance(message, str) else None
+
+
 def _exit_status(d: Path) -> int | None:
     try:
         text = read_text(d / "status" / "exit_code", MAX_SMALL).strip()  # a regular file only
@@ -52,6 +66,11 @@ class LocalBackend(Backend):
     script_name = "job.sh"
     max_nodes = 1
     container_runtimes = ("apptainer", "singularity", "podman", "docker")  # pyxis needs srun
+
+    @classmethod
+    def plan_values(cls, job) -> dict:
+        # No scheduler signals or ends the job's processes: its batch shell does (templates/local/stop.sh.j2).
+        return {"own_signals": True}
 
     def submit_command(self, script: Path, plan=None) -> list[str]:
         return ["bash", str(script)]
@@ -82,8 +101,8 @@ class LocalBackend(Backend):
             pid = int(read_text(run.path / "status" / "pid", MAX_SMALL).split()[0])
         except (OSError, ValueError, IndexError):
             return None
-        if str(run.path / self.script_name) not in _cmdline(pid):
-            return None  # gone, or the pid is another process's now
+        if not is_job_shell(pid, run.path / self.script_name):
+            return None  # gone, another process's pid now, or a pid that was never the job's
         run.update(pid=pid, pid_start=_start_time(pid))
         return f"local-{pid}"
 
@@ -108,8 +127,13 @@ class LocalBackend(Backend):
         if code is not None:
             # Ended after the cancel (whatever its status: torchrun may exit 0 on SIGTERM).
             ended = (d / "status" / "exit_code").stat().st_mtime
+            stopped = _stopped(d) if code != 0 else None
             if cancelled and ended >= cancelled - 1:
-                return JobState(State.CANCELLED, exit_code=code, job=job, raw="cancelled")
+                return JobState(State.CANCELLED, exit_code=code, job=job, raw="cancelled",
+                                reason=stopped and f"stopped {stopped}")
+            if stopped:
+                return JobState(State.STOPPED, exit_code=code, job=job, raw="stopped",
+                                reason=stopped)
             if code == 0:
                 return JobState(State.COMPLETED, exit_code=0, job=job, raw="exited")
             return JobState(State.FAILED, exit_code=code, job=job, raw="exited")
@@ -135,7 +159,9 @@ class LocalBackend(Backend):
         whatever is left after `grace` — including the ranks, which torchrun starts in sessions
         of their own and so are not in the job's process group."""
         rec = run.update(cancelled=time.time())  # when: tasks that ended before it keep their state
-        if not recorded_process_alive(rec):
+        if not (recorded_process_alive(rec) and is_job_shell(rec.pid, run.path / self.script_name)):
+            # No job shell (or a record naming a process that is not it): only what carries
+            # the run's identity in its environment.
             _kill(processes_of(run.path), signal.SIGKILL)
             return
         try:
@@ -145,7 +171,7 @@ class LocalBackend(Backend):
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and processes_of(run.path):
             time.sleep(0.1)
-        if recorded_process_alive(rec):
+        if recorded_process_alive(rec) and is_job_shell(rec.pid, run.path / self.script_name):
             try:
                 os.killpg(rec.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -160,20 +186,46 @@ class LocalBackend(Backend):
         return [d / "logs" / "job.out"]
 
 
-def _cmdline(pid: int) -> str:
+def _argv(pid: int) -> list[str]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
+            return [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
     except OSError:
-        return ""
+        return []
+
+
+def _session(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[4])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def is_job_shell(pid: int, script: Path) -> bool:
+    """Whether `pid` is verifiably this run's job shell: `bash RUN/job.sh` (the exact command
+    submit starts, not an editor or a `tail` naming the file) leading a session of its own (submit
+    starts it so). A pid read from a record (run.json, status/pid) is signalled only then."""
+    argv = _argv(pid)
+    return (len(argv) == 2 and os.path.basename(argv[0]) == "bash" and argv[1] == str(script)
+            and _session(pid) == pid and _start_time(pid) is not None)
 
 
 def processes_of(run_dir: Path) -> list[int]:
-    """Every live process of this run, found by its run directory (the job script by its
-    command line, torchrun and the ranks by HPCTRAIN_RUN_DIR in their environment): what cancel
-    stops even when no pid was recorded."""
+    """Every live process of this run, found by the run's identity in its environment
+    (HPCTRAIN_RUN_DIR: torchrun, the ranks and what they start) or by its session (the job
+    shell and what it started without a session of its own, when the recorded job shell is
+    verifiably the run's): what cancel stops even when no pid was recorded. Never a process
+    that merely names the run directory (a `tail -f` of its log, an editor on a file in it)."""
     mine = {f"HPCTRAIN_RUN_DIR={d}".encode() for d in [run_dir, *run_dir.glob("tasks/*")]}
-    script = str(run_dir) + "/"
+    sessions = set()
+    for d in [run_dir, *run_dir.glob("tasks/*")]:
+        try:
+            pid = int((d / "status" / "pid").read_text(errors="replace").split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if is_job_shell(pid, d / "job.sh"):
+            sessions.add(pid)
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -183,8 +235,8 @@ def processes_of(run_dir: Path) -> list[int]:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = set(f.read().split(b"\0"))
         except OSError:
-            continue
-        if env & mine or script in _cmdline(pid):
+            env = set()
+        if env & mine or (sessions and _session(pid) in sessions):
             if _start_time(pid) is not None:
                 pids.append(pid)
     return pids

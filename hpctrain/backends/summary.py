@@ -8,7 +8,7 @@ from .base import JobState, State
 # Which task state speaks for the whole array, most telling first.
 _PRECEDENCE = (State.RUNNING, State.REQUEUED, State.PENDING, State.SUSPENDED, State.FAILED,
                State.NODE_FAIL, State.OUT_OF_MEMORY, State.TIMEOUT, State.PREEMPTED, State.LOST,
-               State.CANCELLED, State.UNKNOWN, State.COMPLETED)
+               State.STOPPED, State.CANCELLED, State.UNKNOWN, State.COMPLETED)
 
 
 def summarise(job: str, tasks: list[JobState]) -> JobState:

@@ -23,6 +23,8 @@ WIDTH = 80
 def describe(state: JobState) -> str:
     """One phrase: 'PENDING (Resources)', 'FAILED exit 3', 'RUNNING 00:01:02 on node[1-2]'."""
     s = state.state
+    if s == State.STOPPED and state.reason:  # '(SIGTERM) at iteration 25, saved ...; continue with: ...'
+        return f"{s.value} {state.reason}"
     if state.reason and (s in (State.PENDING, State.REQUEUED, State.UNKNOWN, State.CANCELLED)
                          or state.reason.startswith("cannot reach")):
         return f"{s.value} ({state.reason})"

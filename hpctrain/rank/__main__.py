@@ -10,6 +10,9 @@
     recover RUN_DIR MAX_EXCLUDED           after a failure: "requeue NODES|-" or "end", and why
     watch RUN_DIR TIMEOUT                  the hang watcher (exits 3 on a hang)
     kill-ranks RUN_DIR                     end this node's ranks of the run (after a hang)
+    agent TORCHRUN-ARGS...                 torchrun's agent; a signal sent to it is an ending (ending.py)
+    stopped RUN_DIR SIG STATUS [STARTED]   status/stopped.json after a signal ended the launch
+    end-ranks RUN_DIR [GRACE]              end this node's ranks that outlived the launch
 
 Python runs this file with the folder as sys.path[0]. The folder is loaded as a package under a
 private name instead, so that its modules cannot shadow the program's (a user's `records.py`) or
@@ -42,7 +45,8 @@ def _module(name: str):
 
 USAGE = ("usage: rank run CONFIG.json | launch TIMEOUT TORCHRUN-ARGS... | preflight TIMEOUT | summarize RUN_DIR REASON STATUS "
          "[MESSAGE] | probe ... | archive RUN_DIR | recover RUN_DIR MAX_EXCLUDED | "
-         "watch RUN_DIR TIMEOUT | kill-ranks RUN_DIR | container RUNTIME... -- RUN-ARGS...")
+         "watch RUN_DIR TIMEOUT | kill-ranks RUN_DIR | container RUNTIME... -- RUN-ARGS... | "
+         "agent TORCHRUN-ARGS... | stopped RUN_DIR SIG STATUS [STARTED] | end-ranks RUN_DIR [GRACE]")
 
 
 def recover(run_dir: str, max_excluded: int) -> int:
@@ -76,6 +80,13 @@ def main(args: list[str]) -> int:
         return _module("watch").watch(rest[0], float(rest[1]))
     if command == "kill-ranks" and len(rest) == 1:
         return _module("watch").kill_ranks(rest[0])
+    if command == "agent":
+        return _module("ending").agent(rest)
+    if command == "stopped" and len(rest) in (3, 4) and rest[2].lstrip("-").isdigit():
+        started = float(rest[3]) if len(rest) == 4 and rest[3].isdigit() else 0.0
+        return _module("ending").stopped(rest[0], rest[1], int(rest[2]), started)
+    if command == "end-ranks" and len(rest) in (1, 2):
+        return _module("ending").end_ranks(rest[0], float(rest[1]) if len(rest) == 2 else 10.0)
     print(USAGE, file=sys.stderr)
     return 2
 

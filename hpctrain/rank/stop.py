@@ -107,6 +107,22 @@ def reclaim() -> None:
             pass
 
 
+def stopped_at(step: int, path: str | None) -> None:
+    """Where the training stopped and what it saved (status/stopped-at-R.json): the batch shell's
+    `rank stopped` reads it to say "STOPPED (SIGTERM) at iteration 25, saved ..." (bootstrap.py)."""
+    status_dir = _state["status_dir"]
+    if not status_dir:
+        return
+    from .records import write_json
+    try:
+        write_json(os.path.join(status_dir, f"stopped-at-{_state['rank']}.json"),
+                   {"rank": _state["rank"], "step": int(step), "signal": _state["signal"],
+                    "saved": os.path.abspath(path) if path else None, "time": time.time()},
+                   indent=None)
+    except (OSError, TypeError, ValueError):
+        pass
+
+
 def announce(text: str) -> None:
     """One line in the rank's log (rank 0 speaks for all, the others stay quiet)."""
     if _state["rank"] == 0 or os.environ.get("HPCTRAIN_RANK", "0") == "0":

@@ -135,6 +135,7 @@ def _hook_rsl_rl_logger(module) -> None:
                     path = os.path.join(self.log_dir, f"model_{it}.pt")
                     runner.save(path)
                 stop.barrier_torch()
+                stop.stopped_at(it, path)
                 stop.announce(f"SIG{stop.requested() or '?'}: iteration {it} saved to {path}"
                               if path else f"iteration {it}: stopped (rsl-rl saves nothing here: "
                               "no log_dir)")
@@ -165,6 +166,7 @@ def _hook_rl_games(a2c_common) -> None:
                 # rl-games' own end of training: rank 0 saves this epoch's 'last_' checkpoint,
                 # broadcasts should_exit, and every rank returns from train().
                 self.max_epochs = epoch
+                stop.stopped_at(epoch, None)
                 stop.announce(f"SIG{stop.requested() or '?'}: rl-games saves epoch {epoch} and ends")
             return out
         return train_epoch
@@ -224,6 +226,7 @@ def _skrl_agent_hooks(base, agree, barrier, framework: str) -> bool:
                     ext = "pt" if framework == "torch" else "pickle"
                     path = os.path.join(self.experiment_dir, "checkpoints", f"agent_{step}.{ext}")
                 barrier()
+                stop.stopped_at(step, path)
                 stop.announce(f"SIG{stop.requested() or '?'}: timestep {step} saved to {path}"
                               if path else f"timestep {step}: stopped")
                 raise stop.StopTraining
@@ -300,6 +303,7 @@ def _hook_ding_learner(module) -> None:
                     self.save_checkpoint()  # the learner's own 'save_ckpt_after_run' hook
                     path = f"./{self.exp_name}/ckpt/iteration_{step}.pth.tar"
                 stop.barrier_torch()
+                stop.stopped_at(step, path)
                 stop.announce(f"SIG{stop.requested() or '?'}: iteration {step} saved to {path}"
                               if path else f"iteration {step}: stopped")
                 raise stop.StopTraining

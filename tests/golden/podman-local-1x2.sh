@@ -26,6 +26,48 @@ archive_failure() {
 echo $$ >"$RUN_DIR/status/pid"
 trap 'echo $? >"$RUN_DIR/status/exit_code"' EXIT
 
+# --- signals (no scheduler: this shell answers for the job) -----------------------------------
+# TERM, INT or HUP to this shell (a shutdown, a closed session, a `kill`, `hpctrain cancel`) is
+# "save now", as a preemption is on a cluster: SIGTERM goes to torchrun, which passes it on to
+# the ranks; they save at the next iteration boundary and end. The job then ends STOPPED, with
+# where it stopped and what it saved (status/stopped.json); so does a signal sent to torchrun or
+# to a rank itself. Ranks that outlive the launch (a killed torchrun's) are ended after it.
+STOP_SIGNAL=""
+STARTED=$(date +%s)
+rm -f "$RUN_DIR"/status/stop-*.json "$RUN_DIR"/status/stopped-at-*.json "$RUN_DIR/status/stopped.json"
+on_stop() {  # SIG
+  if [[ -n $STOP_SIGNAL ]]; then
+    log "SIG$1 (already stopping on SIG$STOP_SIGNAL): the ranks are saving"
+    return
+  fi
+  STOP_SIGNAL=$1
+  if [[ -n ${CHILD:-} ]] && kill -0 "$CHILD" 2>/dev/null; then
+    log "SIG$1: passed to torchrun as SIGTERM; the ranks save at the next iteration boundary"
+    kill -TERM "$CHILD" 2>/dev/null || true
+  else
+    log "SIG$1 before the ranks started"
+    stopped_exit 0
+  fi
+}
+trap 'on_stop TERM' TERM
+trap 'on_stop INT' INT
+trap 'on_stop HUP' HUP
+# The launch ended after a signal (this shell's, or torchrun's or a rank's own): STOPPED, unless
+# a rank failed with an error of its own (then the status below records a failure).
+stopped_exit() {  # STATUS
+  local sig=$STOP_SIGNAL said
+  if [[ -z $sig ]]; then
+    sig=$(sed -n 's/.*"signal": *"\([A-Z0-9]*\)".*/\1/p' "$RUN_DIR"/status/stop-*.json 2>/dev/null | head -n 1) || sig=
+  fi
+  sig=${sig:-TERM}
+  said=$(python3 "$RUN_DIR/rank" stopped "$RUN_DIR" "$sig" "$1" "$STARTED" 2>&1) || return 0
+  log "$said"
+  exit $(( 128 + $(kill -l "$sig" 2>/dev/null || echo 15) ))
+}
+end_ranks() {
+  python3 "$RUN_DIR/rank" end-ranks "$RUN_DIR" || true
+}
+
 # --- environment ----------------------------------------------------------------------------
 archive_failure
 # The scheduler hands the submitting shell's environment to the job: a shell that ran torchrun,
@@ -66,14 +108,25 @@ CONTAINER=(python3 /runs/ddp-check/RUN_ID/rank container podman -- --network=hos
 
 
 # --- launch ---------------------------------------------------------------------------------
-LAUNCH=("${CONTAINER[@]}" python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 --max-restarts=0
+LAUNCH=("${CONTAINER[@]}" python "$RUN_DIR/rank" agent --standalone --nnodes=1 --nproc-per-node=2 --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 log "launch: ${LAUNCH[*]}"
 # In the background, so that signals reach this shell's traps while the ranks run.
 "${LAUNCH[@]}" &
 CHILD=$!
 STATUS=0
-wait "$CHILD" || STATUS=$?
+# A trapped signal ends `wait` early (on_stop forwards it): wait again until the launch ends.
+while :; do
+  STATUS=0
+  wait "$CHILD" || STATUS=$?
+  if (( STATUS <= 128 )) || ! kill -0 "$CHILD" 2>/dev/null; then
+    break
+  fi
+done
+end_ranks
+if [[ -n $STOP_SIGNAL ]] || compgen -G "$RUN_DIR/status/stop-*.json" >/dev/null; then
+  stopped_exit "$STATUS"
+fi
 if (( STATUS != 0 )); then
   record_failure ranks "$STATUS"
   die "the ranks exited with status $STATUS; per-rank logs: $RUN_DIR/logs/rank-*.log"
