@@ -128,7 +128,15 @@ def _wait(args, run) -> int:
     from .follow.status import exit_status, wait
     printer = WaitPrinter(sys.stdout.isatty(), _write, ranks=args.ranks,
                           columns=shutil.get_terminal_size().columns)
-    st = wait(run, on_tick=printer)
+    try:
+        st = wait(run, on_tick=printer)
+    except KeyboardInterrupt:
+        # The live line has no newline yet: end it, so that "interrupted" (main) and whatever the
+        # shell prints next start on lines of their own.
+        printer.close()
+        sys.stdout.flush()
+        print(f"stopped waiting; the run goes on: hpctrain status {run.id}", file=sys.stderr)
+        raise
     printer.close()
     for f in st.failures:
         print(f"failed: rank {f['rank']} on {f['node']} exit {f['exit_status']}: {f['error']}")

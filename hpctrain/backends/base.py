@@ -81,6 +81,9 @@ class Backend(abc.ABC):
     # What the scheduler can do for a job, which the plan and the checks ask instead of its name.
     max_nodes: ClassVar[int | None] = None  # None: as many as the site allows
     preemption: ClassVar[bool] = False  # signals ahead of the time limit, and requeue
+    # How often `submit --wait` and Handle.wait() ask for the state: (first, longest) seconds;
+    # the interval grows from the first to the longest while nothing changes (follow/status.py).
+    poll: ClassVar[tuple[float, float]] = (1.0, 30.0)
     writes_directives: ClassVar[bool] = False  # the script's header holds scheduler directives
     # Container runtimes (containers.RUNTIMES) this backend's scripts can start the ranks in.
     container_runtimes: ClassVar[tuple[str, ...]] = ()

@@ -65,6 +65,8 @@ class LocalBackend(Backend):
     name = "local"
     script_name = "job.sh"
     max_nodes = 1
+    # The state is a file and a process here: read 5 times a second, the end is seen at once.
+    poll = (0.2, 0.2)
     container_runtimes = ("apptainer", "singularity", "podman", "docker")  # pyxis needs srun
 
     @classmethod

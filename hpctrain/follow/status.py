@@ -208,8 +208,17 @@ def with_progress(run: Run, st: RunStatus) -> RunStatus:
     return msgspec.structs.replace(st, progress=of_run(str(run.path), run.record.array_size))
 
 
-def wait(run: Run, on_change=None, timeout: float | None = None, first_poll: float = 1.0,
-         max_poll: float = 30.0, on_tick=None, tick: float = 1.0) -> RunStatus:
+def poll_schedule(run: Run) -> tuple[float, float]:
+    """(first, longest) seconds between two state queries of the run's backend (Backend.poll):
+    a scheduler's back off; a local job's state is a file and a process, read at once."""
+    try:
+        return for_run(run).poll
+    except KeyError:
+        return 1.0, 30.0
+
+
+def wait(run: Run, on_change=None, timeout: float | None = None, first_poll: float | None = None,
+         max_poll: float | None = None, on_tick=None, tick: float = 1.0) -> RunStatus:
     """Follow the run until it reaches a final state; on_change(status) on every change of its
     state, and on_tick(status) (if given) every `tick` seconds with fresh progress.
 
@@ -219,6 +228,9 @@ def wait(run: Run, on_change=None, timeout: float | None = None, first_poll: flo
     files between those queries.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
+    first, longest = poll_schedule(run)
+    first_poll = first if first_poll is None else first_poll
+    max_poll = longest if max_poll is None else max_poll
     last = None
     poll = first_poll
     while True:

@@ -67,6 +67,8 @@ def _site_source(job) -> str:
 
 
 class SshBackend(Backend):
+    # One ssh command on the head per query (over the run's shared connection): twice a second.
+    poll = (0.5, 0.5)
     name = "ssh"
     script_name = "job.sh"
     step_launcher = "ssh 1 step/host"
