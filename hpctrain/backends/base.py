@@ -66,6 +66,9 @@ class JobState(msgspec.Struct):
     tasks: list["JobState"] = msgspec.field(default_factory=list)  # an array's tasks, by index
     counts: dict = msgspec.field(default_factory=dict)  # an array's tasks per state
     dependency: str | None = None  # what the scheduler holds it for: afterok:12(unfulfilled)
+    # Why a pending job waits, where the scheduler can tell (backends/slurm/pending.py):
+    # {category, reason, text, action, ahead, estimate, ...}; None when not pending or not known.
+    why: dict | None = None
 
     @property
     def done(self) -> bool:
@@ -176,6 +179,17 @@ class Backend(abc.ABC):
         from ..errors import HpctrainError
         raise HpctrainError(f"the {self.name} backend cannot start a run again",
                             fix="submit the job file again (a new run)")
+
+    def collisions(self, plan) -> list[str]:
+        """Before a submit (and --dry-run), what the scheduler's calendar says against the job
+        (a maintenance its time limit runs into): warnings; HpctrainError when it can never
+        start. Asked where the scheduler's tools run; [] when they cannot be asked."""
+        return []
+
+    def test_start(self, script: str) -> str | None:
+        """`submit --dry-run`: where and when the scheduler would start this script, without
+        submitting it; None where it cannot say."""
+        return None
 
     @abc.abstractmethod
     def cancel(self, run: Run) -> None:

@@ -42,3 +42,15 @@ def for_site(site) -> Here:
         from .slurm.login import ThroughLogin
         return ThroughLogin(site)
     return Here()
+
+
+def scheduler_tools(where, run_dir: Path):
+    """A context in which backends/commands.run reaches the site's scheduler tools: here, or
+    on the login node a ThroughLogin transport names."""
+    from contextlib import nullcontext
+    far = where.record(run_dir).get("remote")
+    if not far:
+        return nullcontext()
+    from . import commands
+    from .slurm.login import Login
+    return commands.on(Login(far))

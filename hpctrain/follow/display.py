@@ -25,6 +25,8 @@ def describe(state: JobState) -> str:
     s = state.state
     if s == State.STOPPED and state.reason:  # '(SIGTERM) at iteration 25, saved ...; continue with: ...'
         return f"{s.value} {state.reason}"
+    if state.why and not state.done:  # why it waits, in plain words (backends/slurm/pending.py)
+        return f"{s.value}: {state.why['text']}"
     if state.reason and (s in (State.PENDING, State.REQUEUED, State.UNKNOWN, State.CANCELLED)
                          or state.reason.startswith("cannot reach")):
         return f"{s.value} ({state.reason})"
@@ -118,6 +120,10 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
         f"job       {st.job}" + (f"  array of {len(s.tasks)}" if s.tasks else ""),
         f"state     {describe(s)}",
     ]
+    if s.why and not s.done:
+        lines.append(f"action    {s.why['action']}")
+        if s.why.get("reason"):
+            lines.append(f"reason    {s.why['reason']} (Slurm's word; {s.why['category']})")
     if s.tasks:
         lines.append(f"tasks     {counts_line(s)}")
     live = _running(s)
@@ -180,7 +186,7 @@ def _state_word(state: JobState) -> str:
 
 def table_progress(r: RunStatus) -> str:
     if not r.progress:
-        return "-"
+        return r.state.why["text"] if r.state.why and not r.state.done else "-"
     if r.state.tasks:
         steps = [p.step for p in r.progress]
         lo, hi = min(steps), max(steps)

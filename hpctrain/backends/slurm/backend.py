@@ -96,6 +96,49 @@ class SlurmBackend(Backend):
                                 ) from None
         return out.strip().split(";")[0]
 
+    def collisions(self, plan) -> list[str]:
+        """A maintenance reservation on the job's partition that its time limit runs into
+        (reservations.py): a warning with the longest time that fits, or refused when the job
+        can never start. Nothing when scontrol cannot be asked: sbatch then says why."""
+        from ...schema.spec import slurm_seconds
+        from . import reservations
+        d = dict(plan.directives)
+        if d.get("reservation"):
+            return []  # a job in a reservation of its own runs inside it
+        try:
+            found = reservations.parse(commands.run(["scontrol", "-o", "show", "reservation"]))
+            if not any(r.maint for r in found):
+                return []
+            _, nodes = reservations.partition_nodes(d.get("partition"))
+        except commands.SchedulerError:
+            return []
+        try:
+            limit = slurm_seconds(d.get("time") or "")
+            needed = int(d.get("nodes") or "1")
+        except ValueError:
+            return []
+        hit = reservations.collision(found, nodes, needed, limit)
+        if hit is None:
+            return []
+        if hit.never:
+            raise HpctrainError(hit.text, fix="ask the cluster's administrators when the nodes are "
+                                "free for this long, or lower resources.time (and checkpoint)")
+        return [hit.text]
+
+    def test_start(self, script: str) -> str | None:
+        """`sbatch --test-only`'s answer ("Job 12 to start at ... on nodes ... in partition
+        ..."), the script given on stdin: nothing is queued."""
+        from .pending import clean
+        try:
+            out = commands.run(["bash", "-c", "exec sbatch --test-only 2>&1", "hpctrain"],
+                               input=script, timeout=30)
+        except commands.SchedulerError as exc:
+            if exc.status in (None, 127):  # no Slurm here: nothing to say
+                return None
+            return f"sbatch --test-only refused it: {clean(exc.stderr or exc.what, 300)}"
+        lines = [clean(ln, 300) for ln in out.splitlines() if ln.strip()]
+        return next((ln for ln in lines if ln and " to start at " in ln), lines[-1] if lines else None)
+
     # ------------------------------------------------------------------------------ state
 
     def states(self, runs: list[Run]) -> list[JobState]:
@@ -107,9 +150,11 @@ class SlurmBackend(Backend):
             records += slurm_records.parse_sacct(commands.run(
                 ["sacct", "-X", "-P", "-n", "-o", slurm_records.SACCT_FIELDS,
                  "-j", ",".join(missing)]))
-        return [self._one(run, [r for r in records if slurm_records.belongs(r, str(run.record.job_id))
-                                or r.job_id.split("_")[0] == str(run.record.job_id)])
-                for run in runs]
+        answers = [self._one(run, [r for r in records if slurm_records.belongs(r, str(run.record.job_id))
+                                   or r.job_id.split("_")[0] == str(run.record.job_id)])
+                   for run in runs]
+        _explain(answers, records)
+        return answers
 
     @staticmethod
     def _query(ids: list[str]):
@@ -184,6 +229,40 @@ class SlurmBackend(Backend):
         # An array task's batch output lies in the array's logs/ (Slurm names it), not in tasks/<i>/.
         pattern = f"logs/slurm-*_{task}.out" if task is not None else "logs/slurm-*.out"
         return sorted(run.path.glob(pattern), key=_task_order)
+
+
+def _explain(answers: list[JobState], records) -> None:
+    """Say why each pending job (or an array's pending tasks) waits: JobState.why, from a few
+    more queries asked only while one does (pending.py). A query that fails leaves Slurm's own
+    reason, which describe() shows as before."""
+    from . import pending
+    waiting: dict[str, JobState] = {}
+    for state in answers:
+        # An array's pending tasks wait for the same reason: its first one speaks for them.
+        one = next((t for t in state.tasks if t.state == State.PENDING), None) \
+            if state.tasks else state
+        if one is not None and one.state == State.PENDING and one.job:
+            waiting.setdefault(one.job, one)
+    if not waiting:
+        return
+    asked = []
+    for name in waiting:
+        base = name.split("_")[0]
+        rec = next((r for r in records if r.name == name), None) or next(
+            (r for r in records if r.array_job_id == base and r.pending_tasks), None)
+        asked.append({"job": name, "reason": waiting[name].reason,
+                      "partition": rec.partition if rec else None, "qos": rec.qos if rec else None,
+                      "user": rec.user if rec else None,
+                      "reservation": rec.reservation if rec else None})
+    try:
+        whys = pending.explain(asked)
+    except commands.SchedulerError:
+        return
+    for name, one in waiting.items():
+        one.why = whys.get(name)
+    for state in answers:
+        if state.state == State.PENDING and state.tasks:
+            state.why = next((t.why for t in state.tasks if t.why), None)
 
 
 def _task_order(path: Path) -> tuple:

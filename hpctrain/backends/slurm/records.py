@@ -33,6 +33,11 @@ class Record:
     restarts: int = 0
     stdout: str | None = None  # its output file: names the run directory it belongs to
     dependency: str | None = None  # Slurm's own text: afterok:12(unfulfilled), afterok:12(failed)
+    # What a pending job's wait is explained with (pending.py): where it queues, under what.
+    partition: str | None = None
+    qos: str | None = None
+    user: str | None = None
+    reservation: str | None = None  # the reservation it asked for
 
     @property
     def name(self) -> str:
@@ -119,7 +124,9 @@ def parse_squeue_json(text: str) -> list[Record]:
             nodes=_none(j.get("nodes")), node_count=j.get("node_count"),
             start=j.get("start_time") or None, end=j.get("end_time") or None,
             restarts=j.get("restart_cnt") or 0, stdout=_none(j.get("standard_output")),
-            dependency=_none(j.get("dependency"))))
+            dependency=_none(j.get("dependency")), partition=_none(j.get("partition")),
+            qos=_none(j.get("qos")), user=_none(j.get("user_name")),
+            reservation=_none(j.get("resv_name"))))
     return out
 
 
@@ -172,7 +179,9 @@ def parse_scontrol(text: str) -> list[Record]:
             node_count=int(f["NumNodes"].split("-")[0]) if f.get("NumNodes", "").split("-")[0].isdigit() else None,
             start=_scontrol_time(f.get("StartTime")), end=_scontrol_time(f.get("EndTime")),
             restarts=int(f.get("Restarts") or 0), stdout=_none(f.get("StdOut")),
-            dependency=_none(f.get("Dependency"))))
+            dependency=_none(f.get("Dependency")), partition=_none(f.get("Partition")),
+            qos=_none(f.get("QOS")), user=_none(f.get("UserId", "").split("(")[0]),
+            reservation=_none(f.get("Reservation"))))
     return out
 
 
