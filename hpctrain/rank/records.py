@@ -299,9 +299,27 @@ def read_rank_failures(run_dir: str, tasks: bool = True) -> list[RankFailure]:
     return out
 
 
+# A rank's error that says it lost a peer, not why: a collective's connection closed or reset.
+_LOST_PEER = re.compile(r"connection closed by peer|connection reset by peer|broken pipe|"
+                        r"econnreset|connection refused|socket closed|peer .* closed|"
+                        r"communicator was aborted|remote process exited|recv.*failed|"
+                        r"Connection closed", re.IGNORECASE)
+_KILLED = re.compile(r"^(killed by |signal \d+|.*\bSIG(KILL|SEGV|BUS|ABRT|TERM)\b)", re.IGNORECASE)
+
+
+def cause_rank(failure: RankFailure) -> int:
+    """How surely a failure is the cause, not an effect: 0 a rank killed by a signal (its record
+    is written after the fact, by whoever saw it die, so its time says nothing), 1 an error of
+    the rank's own, 2 a rank that only lost a peer."""
+    if _KILLED.search(failure.error or ""):
+        return 0
+    return 2 if _LOST_PEER.search(failure.error or "") else 1
+
+
 def first_failure(failures: list[RankFailure]) -> RankFailure | None:
-    """The cause: the earliest failure (its peers fail a moment later, of losing it)."""
-    return min(failures, key=lambda f: (f.time or "~", f.rank)) if failures else None
+    """The cause: a rank that died (a signal) before one that failed of its own, before one
+    that only lost a peer; among equals the earliest (its peers fail a moment later)."""
+    return min(failures, key=lambda f: (cause_rank(f), f.time or "~", f.rank)) if failures else None
 
 
 @dataclass

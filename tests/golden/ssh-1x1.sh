@@ -375,13 +375,18 @@ failure_cause() {
   [[ -r "$RUN_DIR/status/first-failed-host" ]] || return 0
   read -r -a first <"$RUN_DIR/status/first-failed-host"
   if [[ -r "$RUN_DIR/logs/job.out" ]]; then
-    # torchrun's "Root Cause" blocks: RANK MESSAGE, for ranks that a signal ended.
+    # torchrun's "Root Cause" blocks: RANK MESSAGE, for ranks that a signal ended. A rank
+    # killed on the host that failed first; else any killed rank: the host whose peers lost it
+    # can end its step first (their errors come as soon as the connection closes), and the
+    # killed rank is the cause all the same.
+    local killed=""
     while read -r rank message; do
       node=$(grep -o '"node": *"[^"]*"' "$RUN_DIR/status/rank-$rank.json" 2>/dev/null | sed 's/.*"\([^"]*\)"$/\1/') || node=
       if [[ $node == "${first[0]:-}" ]]; then
         echo "rank $rank on $node was killed: $message (torchrun's report; the ranks that lost it failed after it)"
         return 0
       fi
+      [[ -n $killed ]] || killed="rank $rank on ${node:-?} was killed: $message (torchrun's report; the ranks that lost it failed after it)"
     done < <(tail -n 5000 "$RUN_DIR/logs/job.out" | awk '
       /^Root Cause \(first observed failure\):/ {block = 1; next}
       block && /^  rank *:/ {r = $0; sub(/^  rank *: */, "", r); sub(/ .*/, "", r)}
@@ -390,6 +395,10 @@ failure_cause() {
         m = $0; sub(/^  traceback *: */, "", m); block = 0
         if (c ~ /^-[0-9]+$/) print r, m
       }')
+    if [[ -n $killed ]]; then
+      echo "$killed"
+      return 0
+    fi
   fi
   if ! compgen -G "$RUN_DIR/status/rank-*.failed.json" >/dev/null; then
     if [[ ${first[1]:-} == 255 ]]; then
