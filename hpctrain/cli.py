@@ -82,9 +82,9 @@ def cmd_submit(args) -> int:
     from .job.checks import check_secrets
     from .submission import prepare, resume, submit_prepared
     if args.resume is not None:
-        if args.job is not None or args.overrides or args.site or args.dry_run:
+        if args.job is not None or args.overrides or args.site or args.dry_run or args.notify:
             raise HpctrainError("--resume RUN starts that run's own job again: no job file, "
-                                "--site, --set or --dry-run with it",
+                                "--site, --set, --dry-run or --notify with it",
                                 fix="hpctrain submit --resume RUN")
         run, nodes, why = resume(args.resume)
         rec = run.record
@@ -97,9 +97,17 @@ def cmd_submit(args) -> int:
                             fix="hpctrain submit job.yaml")
     job = _load(args)
     check_secrets(job)
+    notify = _notify_settings(args, job)
     prep = prepare(job)
+    from .submission import collisions, test_start
+    warned = collisions(prep)  # a job that can never start is refused here, dry run or not
+    for w in warned:
+        print(f"warning: {w}", file=sys.stderr)
     if args.dry_run:
         print(f"# would run: {shlex.join(prep.submit_command)}")
+        start = test_start(prep)
+        if start:
+            print(f"# {start}")
         print(f"# run directory: {prep.run_dir}"
               + (f" (on {prep.transport.login}; mirrored here in {prep.mirror})" if prep.mirror else ""))
         if prep.tasks:
@@ -108,7 +116,7 @@ def cmd_submit(args) -> int:
                 print(f"#   {task.index:>3}  " + "  ".join(f"{k}={v}" for k, v in task.values.items()))
         sys.stdout.write(prep.script)
         return 0
-    run = submit_prepared(prep)
+    run = submit_prepared(prep, warned=warned)
     rec = run.record
     print(f"submitted {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"
           + (f"  ({rec.array_size} tasks)" if rec.array_size else ""))
@@ -117,10 +125,31 @@ def cmd_submit(args) -> int:
     for line in remote_lines(rec):
         print(line)
     sys.stdout.flush()
-    return _wait(args, run)
+    return _wait(args, run, notify)
 
 
-def _wait(args, run) -> int:
+def _notify_settings(args, job) -> dict | None:
+    """`--notify`: the job's notify: section (or its site's defaults), its URL's variable set."""
+    if not getattr(args, "notify", False):
+        return None
+    import os
+    import msgspec
+    if not args.wait or args.dry_run:
+        raise HpctrainError("--notify sends the run's events while `submit --wait` follows it",
+                            fix="hpctrain submit JOB --wait --notify")
+    if job.spec.notify is None:
+        raise HpctrainError("--notify: the job has no notify: section", job.source,
+                            "add notify: {url_from: VAR, format: ntfy|slack|discord|json} to "
+                            "the job (or to the site's defaults)")
+    settings = msgspec.to_builtins(job.spec.notify)
+    if not os.environ.get(settings["url_from"]):
+        raise HpctrainError(f"--notify: ${settings['url_from']} (notify.url_from) is not set "
+                            "here", job.source, f"export {settings['url_from']}=https://... "
+                            "(its value is never written to disk)")
+    return settings
+
+
+def _wait(args, run, notify: dict | None = None) -> int:
     if not args.wait:
         return 0
     import shutil
@@ -128,6 +157,14 @@ def _wait(args, run) -> int:
     from .follow.status import exit_status, wait
     printer = WaitPrinter(sys.stdout.isatty(), _write, ranks=args.ranks,
                           columns=shutil.get_terminal_size().columns)
+    if notify is not None:
+        from .follow.notify import Notifier
+        notifier, show = Notifier(notify, str(run.path)), printer
+
+        def printer(st):  # noqa: F811 (the printer, and the notifier after it)
+            show(st)
+            notifier(st)
+        printer.close = show.close
     try:
         st = wait(run, on_tick=printer)
     except KeyboardInterrupt:
@@ -273,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wait for the job to end, showing its state and training progress; "
                    "exit with its exit status")
     p.add_argument("--ranks", action="store_true", help="with --wait: each rank's progress too")
+    p.add_argument("--notify", action="store_true",
+                   help="with --wait: send the run's events (its notify: section) from this "
+                   "machine, for compute nodes that cannot reach the webhook")
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("site", help="site profiles: `site detect NAME` writes one from what the "

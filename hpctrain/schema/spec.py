@@ -193,6 +193,24 @@ class Sweep(_Strict):
             "array tasks running at once (%K); null: the site's array_parallelism"))] = None
 
 
+NotifyEvent = Literal["start", "preempted", "requeued", "hang", "node_excluded", "completed",
+                      "failed", "stopped"]
+
+
+class Notify(_Strict):
+    """Where a run's events are sent (hpctrain/rank/notify.py; `submit --wait --notify`)."""
+    url_from: Annotated[EnvName, Meta(description=(
+            "name of the environment variable holding the webhook URL; its value is "
+            "never written"))]
+    format: Annotated[Literal["json", "ntfy", "slack", "discord"], Meta(description=(
+            "the webhook's body: a plain JSON object, or ntfy's, Slack's or "
+            "Discord's"))] = "json"
+    events: Annotated[list[NotifyEvent], Meta(description=(
+            "the events sent: start, preempted, requeued, hang, node_excluded, "
+            "completed, failed, stopped"))] = field(default_factory=lambda: list(
+                NotifyEvent.__args__))
+
+
 class JobSpec(_Strict):
     name: Annotated[Name, Meta(description=(
             "the run's name, [A-Za-z0-9_.-]+; runs go to runs/<name>/<run id>/"))]
@@ -254,6 +272,9 @@ class JobSpec(_Strict):
     snapshot: Annotated[Union[bool, Snapshot], Meta(description=(
             "true: the job runs a copy of the code taken at submit; false: the "
             "live tree; or a section"))] = True
+    notify: Annotated[Notify | None, Meta(description=(
+            "send the run's events to a webhook (`submit --wait --notify`); a "
+            "site sets one in its defaults"))] = None
 
 
 class HeadAddress(_Strict):
