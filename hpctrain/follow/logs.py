@@ -89,9 +89,12 @@ def _open(path: Path):
         raise HpctrainError(f"cannot show the log: {exc.strerror}",
                             fix="remove it from the run directory: hpctrain writes logs there "
                             "as regular files") from None
-    except PermissionError as exc:
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # unreadable, or a socket (ENXIO)
         raise HpctrainError(f"cannot read the log {path}: {exc.strerror}",
-                            fix="ask whoever owns the run to make it readable") from None
+                            fix="make it readable (ask whoever owns the run), or remove it if "
+                            "it is not a log file") from None
 
 
 def follow(run: Run, done: Callable[[], bool], write: Callable[[str], None] = sys.stdout.write,

@@ -147,9 +147,14 @@ def _walk(root: str, ignore) -> list[str]:
     for d, dirs, files in os.walk(root):
         rel_d = os.path.relpath(d, root)
         rel_d = "" if rel_d == "." else rel_d
-        dirs[:] = sorted(x for x in dirs if not ignore.match_file(os.path.join(rel_d, x) + "/"))
-        out += [os.path.join(rel_d, f) for f in sorted(files)
-                if not ignore.match_file(os.path.join(rel_d, f))]
+        # A symbolic link to a directory is listed as an entry of its own (copy() brings its
+        # content, or the link when it points inside the tree), not walked and not dropped.
+        links = [x for x in dirs if os.path.islink(os.path.join(d, x))]
+        dirs[:] = sorted(x for x in dirs if x not in links
+                         and not ignore.match_file(os.path.join(rel_d, x) + "/"))
+        out += [os.path.join(rel_d, f) for f in sorted(files + links)
+                if not ignore.match_file(os.path.join(rel_d, f))
+                and not (f in links and ignore.match_file(os.path.join(rel_d, f) + "/"))]
     return out
 
 
@@ -187,6 +192,15 @@ def collect(workdir: str, settings: Snapshot, skip: list[str]) -> Source:
                     continue
                 files.append(os.path.join(name, sub))
             continue
+        import stat as _stat
+        if not (_stat.S_ISREG(st.st_mode) or _stat.S_ISLNK(st.st_mode)):
+            kind = "a named pipe" if _stat.S_ISFIFO(st.st_mode) else "a socket" if \
+                _stat.S_ISSOCK(st.st_mode) else "a device"
+            raise HpctrainError(f"the code snapshot cannot copy {path}: it is {kind}, not a "
+                                "file", fix=f"leave it out: snapshot.exclude: [{name}] (or a "
+                                f"{IGNORE_FILE} line), or move it out of {root}")
+        if _stat.S_ISLNK(st.st_mode) and os.path.isdir(path) and _link_kept(path, root) is None:
+            total += _tree_size(path)  # a directory's content is copied: counted here
         total += st.st_size
         files.append(name)
     return Source(root=root, rel=rel, method=method, files=files, bytes=total, commit=commit,
@@ -213,6 +227,33 @@ def check_size(source: Source, settings: Snapshot, where: str | None) -> None:
         "snapshot: false")
 
 
+def _link_kept(path: str, root: str) -> str | None:
+    """The relative target to write for a symbolic link in the copy, when the link may stay a
+    link: it is relative and its target lies inside the tree. None: copy what it points to."""
+    target = os.readlink(path)
+    if os.path.isabs(target):
+        return None
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    if real != top and not real.startswith(top + os.sep):
+        return None
+    # Relative through the link's own directory as listed (not through resolved parents).
+    lexical = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), target))
+    if not (lexical == os.path.abspath(root) or lexical.startswith(os.path.abspath(root) + os.sep)):
+        return None
+    return target
+
+
+def _tree_size(path: str) -> int:
+    total = 0
+    for d, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(d, f)).st_size
+            except OSError:
+                continue
+    return total
+
+
 def copy(source: Source, run_dir: Path) -> None:
     """Copy the listed files into RUN_DIR/code and write RUN_DIR/code-files.txt."""
     import shutil
@@ -223,13 +264,34 @@ def copy(source: Source, run_dir: Path) -> None:
         src, dst = os.path.join(source.root, name), dest / name
         dst.parent.mkdir(parents=True, exist_ok=True)
         try:
-            if os.path.islink(src):
-                os.symlink(os.readlink(src), dst)
+            kept = _link_kept(src, source.root) if os.path.islink(src) else None
+            if kept is not None:
+                os.symlink(kept, dst)  # relative and inside the tree: it resolves in the copy
+            elif os.path.isdir(src):
+                # A link to a directory out of the tree (or by an absolute path): its content,
+                # so that the copy is whole and never points back at the live tree.
+                shutil.copytree(src, dst, symlinks=False, ignore_dangling_symlinks=True,
+                                ignore=shutil.ignore_patterns(".git"))
+            else:
+                shutil.copy2(src, dst)  # a link out of the tree: what it points to
+        except FileNotFoundError:
+            continue  # removed since it was listed, or a link that points nowhere
+        except (PermissionError, shutil.Error) as exc:
+            raise HpctrainError(f"the code snapshot cannot copy {src}: "
+                                f"{getattr(exc, 'strerror', None) or 'not readable'}",
+                                fix=f"make it readable, or leave it out: snapshot.exclude: "
+                                f"[{name}] (or a {IGNORE_FILE} line)") from None
+        copied.append(name)
+    # A link kept whose target the copy left out (snapshot.exclude) would dangle: its content.
+    for name in copied:
+        dst = dest / name
+        if os.path.islink(dst) and not os.path.exists(dst):
+            src = os.path.join(source.root, name)
+            os.unlink(dst)
+            if os.path.isdir(src):
+                shutil.copytree(src, dst, symlinks=False, ignore_dangling_symlinks=True)
             else:
                 shutil.copy2(src, dst)
-        except FileNotFoundError:
-            continue  # removed since it was listed
-        copied.append(name)
     if source.rel:
         (dest / source.rel).mkdir(parents=True, exist_ok=True)  # the job starts there
     (run_dir / FILE_LIST).write_text("".join(f"{n}\n" for n in copied),
