@@ -220,7 +220,7 @@ def find(ref: str) -> Run:
                             fix="give a run id, a run directory or a job id; `hpctrain list` shows them")
     p = Path(ref)
     try:
-        if (p / RECORD).is_file():
+        if os.path.lexists(p / RECORD):  # reading it says what is wrong with one (a pipe...)
             return Run(p.absolute())
     except OSError:  # not a path this system can look up (too long): an id, then
         pass
