@@ -199,7 +199,7 @@ def _argv(pid: int) -> list[str]:
 def _session(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[4])
+            return int(f.read().rsplit(")", 1)[1].split()[3])  # state ppid pgrp session
     except (OSError, IndexError, ValueError):
         return None
 

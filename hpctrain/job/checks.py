@@ -272,6 +272,15 @@ def _resources(spec, site, scheduler, where, warnings) -> None:
     if slurm_seconds(r.time) < 1:
         raise HpctrainError("'resources.time' must be at least one minute",
                             where(("resources", "time")), 'e.g. time: "00:30:00"')
+    if r.gpus_per_node and ppn > r.gpus_per_node:
+        # NCCL refuses two ranks of one communicator on one GPU ("Duplicate GPU detected"),
+        # and only after every rank has started: said here, before anything is queued.
+        raise HpctrainError(
+            f"{ppn} ranks per node but {r.gpus_per_node} GPU(s) per node: each rank of a GPU job "
+            "needs a GPU of its own (NCCL cannot put two ranks on one GPU)",
+            where(("resources", "procs_per_node")),
+            f"set procs_per_node: {r.gpus_per_node} (or leave it out: it follows gpus_per_node), "
+            f"or gpus_per_node: {ppn}; to run {ppn} ranks on CPU, gpus_per_node: 0")
     if r.gpus_per_node and ppn < r.gpus_per_node:
         warnings.append(f"{r.gpus_per_node - ppn} of {r.gpus_per_node} GPUs per node stay idle "
                         f"(procs_per_node={ppn})")
@@ -389,3 +398,57 @@ def sweep_points(sweep) -> list[dict]:
     if sweep.seeds:
         points = [{**p, "seed": s} for p in points for s in sweep.seeds]
     return points
+
+
+# ----------------------------------------------------------------------------- this machine's GPUs
+
+def local_gpus(environ=None) -> tuple[int | None, str]:
+    """How many GPUs a job started here can use, and how that was learned: CUDA_VISIBLE_DEVICES
+    when it is set (it hides the others from every rank), else `nvidia-smi -L`; (None, why)
+    when neither can say."""
+    import shutil
+    import subprocess
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        # CUDA stops at the first invalid entry ("-1" hides every GPU)
+        count = next((i for i, v in enumerate(ids) if v.startswith("-")), len(ids))
+        return count, f"CUDA_VISIBLE_DEVICES={visible!r}"
+    smi = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if smi is None:
+        return 0, "no nvidia-smi on PATH"
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"nvidia-smi -L failed: {exc}"
+    if out.returncode != 0:
+        said = " ".join((out.stdout + out.stderr).split())[:200]
+        return 0, f"nvidia-smi -L failed (exit {out.returncode}): {said or 'no output'}"
+    count = sum(1 for line in out.stdout.splitlines() if re.match(r"GPU \d+: ", line))
+    return count, "nvidia-smi -L"
+
+
+def check_local_gpus(job, environ=None) -> None:
+    """At submit on this machine (the local site): a GPU job asks for no more GPUs than are
+    here; on a machine without one, how to run it on CPU."""
+    r = job.spec.resources
+    if not r.gpus_per_node:
+        return
+    have, how = local_gpus(environ)
+    if have is None or have >= r.gpus_per_node:
+        return
+    where = job.origins(("resources", "gpus_per_node")) if job.origins is not None else job.source
+    ppn = procs_per_node(job.spec)
+    if have == 0:
+        raise HpctrainError(
+            f"the job asks for {r.gpus_per_node} GPU(s) per node, and this machine has none "
+            f"({how})", where,
+            f"run it on CPU: --set resources.gpus_per_node=0 --set resources.procs_per_node={ppn} "
+            "(the ranks use gloo; cpu_mode: auto adapts the RL libraries), or submit it to a GPU "
+            "site (--site NAME)")
+    raise HpctrainError(
+        f"the job asks for {r.gpus_per_node} GPU(s) per node, and this machine has {have} "
+        f"({how})", where,
+        f"ask for {have}: --set resources.gpus_per_node={have} (procs_per_node follows it), or "
+        "submit it to a site whose nodes have more (--site NAME)")
