@@ -7,7 +7,7 @@
 #          an sshd on the first HPCTRAIN_CLUSTER_SSH_NODES nodes (default 8)
 #   login: namespace hpct-login, 10.231.0.2, an sshd, Slurm's client commands work there
 #   laptop: namespace hpct-laptop, 10.231.0.3, no Slurm configuration, reaches only login
-#   partitions: debug (default, PriorityTier=1, GraceTime=30), high (PriorityTier=2, preempts)
+#   partitions: debug (default, PriorityTier=1, GraceTime=15), high (PriorityTier=2, preempts)
 #   a podman image localhost/hpctrain-test:latest built from local files
 #
 # Usage (root):  tests/cluster/up.sh        # HPCTRAIN_CLUSTER_NODES=N for N nodes (default 4)
@@ -64,8 +64,9 @@ ClusterName=${CLUSTER}
 SlurmctldHost=$(hostname -s)(${HOST_IP})
 AuthType=auth/none
 CredType=cred/none
-# cred_expire is also the delay before a requeued job may start again (default 120 s)
-AuthInfo=cred_expire=10
+# cred_expire is also the delay before a requeued job may start again (default 120 s; Slurm's
+# lowest is 5). The tests requeue dozens of jobs: each waits this long.
+AuthInfo=cred_expire=5
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=${STATE_DIR}/ctld
@@ -97,7 +98,9 @@ EOF
     for ((i = 1; i <= NODES; i++)); do
         echo "NodeName=node${i} NodeHostname=node${i} NodeAddr=$(node_ip "${i}") CPUs=2 RealMemory=4000 State=UNKNOWN"
     done
-    echo "PartitionName=debug Nodes=${node_list} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=30"
+    # GraceTime: what a preempted job's ranks get to save in; 15 s is ample for the tests' small
+    # models, and the real-preemption timing test waits for all of it.
+    echo "PartitionName=debug Nodes=${node_list} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=15"
     echo "PartitionName=high Nodes=${node_list} MaxTime=INFINITE State=UP PriorityTier=2"
 }
 
