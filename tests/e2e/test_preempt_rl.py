@@ -6,8 +6,9 @@ exactly that checkpoint (issue 12, items 1 and 2).
 
 The preemption is Slurm's own (tests/cluster/README.md): a `-p high --exclusive` job on the
 victim's nodes; SIGTERM reaches the step's tasks (torchrun's agents and the ranks), not the
-batch shell, and the job stays RUNNING for GraceTime=30 s. The signal is sent once the training
-has written a periodic checkpoint past its start, so the resume point must lie beyond it.
+batch shell, and the job stays RUNNING for the partition's GraceTime. The signal is sent once
+the training has written a periodic checkpoint past its start, so the resume point must lie
+beyond it.
 """
 from __future__ import annotations
 
@@ -29,17 +30,19 @@ def _number(pattern: str, per: int = 1):
     return lambda name: (int(m.group(1)) // per if (m := re.fullmatch(pattern, name)) else None)
 
 
-# job file, checkpoint glob (in the run), iteration of a checkpoint's name, args, updates in all
+# job file, checkpoint glob (in the run), iteration of a checkpoint's name, args, updates in all.
+# The updates: enough that the preemption (sent once a periodic checkpoint exists, at the 4th)
+# lands well before the end (~8 s of sleeps left), few enough that the resumed run is short.
 LIBRARIES = {
     "rsl_rl": ("examples/rl/rsl_rl_pendulum.yaml", "checkpoints/model_*.pt",
                _number(r"model_(\d+)\.pt"),
-               ["--save-interval", "4", "--sleep", "0.5", "--num-envs", "8", "--steps", "16"], 40),
+               ["--save-interval", "4", "--sleep", "0.5", "--num-envs", "8", "--steps", "16"], 20),
     "rl_games": ("examples/rl/rl_games_pendulum.yaml", "checkpoints/nn/*.pth",
                  _number(r"last_pendulum_ep_(\d+)_rew_.*\.pth"),
-                 ["--save-interval", "4", "--sleep", "0.5", "--num-envs", "8", "--steps", "16"], 40),
+                 ["--save-interval", "4", "--sleep", "0.5", "--num-envs", "8", "--steps", "16"], 20),
     "skrl": ("examples/rl/skrl_torch_pendulum.yaml", "checkpoints/agent_*.pt",
              _number(r"agent_(\d+)\.pt", STEPS),
-             ["--save-interval", "4", "--sleep", "0.5", "--num-envs", "8", "--steps", str(STEPS)], 40),
+             ["--save-interval", "4", "--sleep", "0.5", "--num-envs", "8", "--steps", str(STEPS)], 20),
     "skrl_jax": ("examples/rl/skrl_jax_pendulum.yaml", "checkpoints/agent_*.pickle",
                  _number(r"agent_(\d+)\.pickle", STEPS),
                  ["--save-interval", "2", "--sleep", "0.3", "--num-envs", "4", "--steps", str(STEPS)], 16),

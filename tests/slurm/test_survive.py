@@ -22,7 +22,9 @@ def submit(cli, cluster, *sets):
 
 
 def test_preempted_job_saves_requeues_and_resumes(cli, cluster):
-    job_id, run_dir = submit(cli, cluster, "args=[--iterations,40,--sleep,0.5,--save-every,5]")
+    # 20 iterations: the preemption lands after the first checkpoint (5) with ~7 s of sleeps
+    # left, and the resumed run is short.
+    job_id, run_dir = submit(cli, cluster, "args=[--iterations,20,--sleep,0.5,--save-every,5]")
     wait_for_checkpoint(run_dir, job_id)
     preempt(job_id)
     info = wait_for_job(job_id, timeout=400)
@@ -44,7 +46,7 @@ def test_preempted_job_saves_requeues_and_resumes(cli, cluster):
     assert saved_at > 0
     assert {a["resume_from"] for a in second} == {
         str(run_dir / "checkpoints" / f"model_{saved_at:06d}.pt")}
-    assert {a["stopped"] for a in second} == {"completed"} and {a["reached"] for a in second} == {40}
+    assert {a["stopped"] for a in second} == {"completed"} and {a["reached"] for a in second} == {20}
     assert all(a["resume_from"] is None and a["started_from"] == 0 for a in first)
     # Every step is in the log, with a timestamp.
     stamp = r"\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\] hpctrain: "
