@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import yaml
 
+import pytest
+
 from hpctrain.backends.slurm.detect import decide, scontrol_config, sinfo_partitions, slurm_time
 from hpctrain.job.checks import check_site
 from hpctrain.rank import probe
@@ -149,3 +151,22 @@ def test_long_records_survive_interleaved_task_output(capsys):
     got = probe.read_records("\n".join(mixed))
     assert {"node": "g02", "short": True} in got and big in got and len(got) == 2
     assert probe.read_records("\n".join(chunks[:-1])) == []  # incomplete: not reported
+
+
+@pytest.mark.parametrize("limit,want", [("1-2", "26:00:00"), ("1-2:30", "26:30:00"), ("90", "01:30:00"),
+                                        ("5:00", "00:05:00"), ("UNLIMITED", None)])
+def test_every_slurm_time_form(limit, want):
+    assert slurm_time(limit) == want
+
+
+@pytest.mark.parametrize("odd", ["abc", "1-xx:00", "::", "-", "99999999999-00:00:00", "1-2:3:4:5",
+                                 "1:2:3:4", "٣:00", "30:00\n#SBATCH", "-5"])
+def test_an_odd_sinfo_time_limit_is_a_todo_not_a_crash(tmp_path, odd):
+    with pytest.raises(ValueError):
+        slurm_time(odd)
+    sinfo = SINFO.replace("gpu*|2-00:00:00|", f"gpu*|{odd}|") if "\n" not in odd else SINFO
+    text, todo = decide("s", CONFIG, sinfo_partitions(sinfo), "gpu",
+                        evidence({"g01": True, "10.0.0.1": True}), ["py"])
+    if "\n" not in odd:
+        assert any("fill in max_time by hand" in t for t in todo), todo
+        assert "max_time" not in profile(tmp_path, text)["limits"]

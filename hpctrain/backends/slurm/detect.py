@@ -72,17 +72,26 @@ def sinfo_partitions(text: str) -> dict[str, dict]:
     return parts
 
 
+# sinfo's %l, in Slurm's time forms: minutes, minutes:seconds, hours:minutes:seconds,
+# days-hours, days-hours:minutes, days-hours:minutes:seconds.
+_SINFO_TIME = re.compile(r"(?:(\d{1,5})-)?(\d{1,2})(?::(\d{1,2}))?(?::(\d{1,2}))?", re.ASCII)
+
+
 def slurm_time(limit: str) -> str | None:
-    """sinfo's time limit (1-00:00:00, 2:00:00, 30:00, infinite) as the site's SlurmTime."""
+    """sinfo's time limit (1-00:00:00, 2:00:00, 30:00, infinite) as the site's SlurmTime; None
+    for no limit. ValueError for anything else (sinfo's text is not trusted to be well formed)."""
     if limit in ("infinite", "n/a", "UNLIMITED", ""):
         return None
-    days, _, rest = limit.rpartition("-")
-    parts = [int(x) for x in rest.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    h, m, s = parts
-    h += 24 * int(days or 0)
-    return f"{h:02d}:{m:02d}:{s:02d}"
+    m = _SINFO_TIME.fullmatch(limit)
+    if m is None:
+        raise ValueError(limit)
+    days, first, second, third = (int(g) if g else 0 for g in m.groups())
+    if m.group(1) is not None or m.group(4) is not None:  # [days-]hours[:minutes[:seconds]]
+        h, mins, secs = first, second, third
+    else:  # minutes[:seconds]
+        h, mins, secs = 0, first, second
+    total = ((days * 24 + h) * 60 + mins) * 60 + secs
+    return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
 
 
 def probe_script(python: list[str], rank_dir: Path, out: Path) -> str:
@@ -232,8 +241,14 @@ def decide(name: str, config: dict, parts: dict, partition: str | None, probe: d
             out.key("mem_per_node", f"{min(part['mem_mb'])}M",
                     f"sinfo: memory per node {sorted(set(part['mem_mb']))} MB (RealMemory, the smallest)", 2)
         out.key("max_gpus_per_node", gpus, f"sinfo: GRES {', '.join(sorted(set(map(str, part['gpus']))))} GPUs per node", 2)
-        limit = slurm_time(part["time"])
-        if limit:
+        try:
+            limit = slurm_time(part["time"])
+        except ValueError:
+            limit = False
+        if limit is False:
+            out.mark(f"sinfo's time limit of '{partition}' is {part['time'][:40]!r}, which is not a "
+                     "time: fill in max_time by hand")
+        elif limit:
             out.key("max_time", limit, f"sinfo: time limit of '{partition}' is {part['time']}", 2)
         else:
             out.comment(f"no max_time: '{partition}' has no time limit ({part['time']})", 2)
