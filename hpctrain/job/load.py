@@ -69,6 +69,12 @@ def load_job(source: str | os.PathLike | dict | Job | None = None, *, site: str 
     Handle; "afterany:RUN"): replaces the job's own `after`.
     values: job keys given directly (Python use), applied after the source, before overrides.
     """
+    if site is not None and not isinstance(site, (str, os.PathLike)):
+        raise HpctrainError(f"site= takes a site name or the path of a site profile, not a "
+                            f"{type(site).__name__}", "load_job(site=...)",
+                            "e.g. site='localcluster', or save the profile as a YAML file and "
+                            "pass its path")
+    site = os.fspath(site) if site is not None else None
     if isinstance(source, Job):
         data = dict(source.raw)
         data.pop("site", None)

@@ -30,6 +30,11 @@ class Origins:
         for n in range(len(path), 0, -1):
             if path[:n] in self.set_args:
                 return f"--set {self.set_args[path[:n]]}"
+        # A --set below this key made it (an unknown `--set foo.bar=1`) or changed its type
+        # (`--set name.x=1` turns a name into a mapping): that argument is what to fix.
+        below = [k for k in self.set_args if path and k[:len(path)] == path]
+        if below:
+            return f"--set {self.set_args[below[0]]}"
         for n in range(len(path), 0, -1):
             if path[:n] in self.env_keys:
                 return f"${self.env_keys[path[:n]]}"

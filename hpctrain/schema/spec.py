@@ -588,6 +588,10 @@ def explain(exc: msgspec.ValidationError, root: type, where, data=None) -> Hpctr
             if path[-1:] in (("time",), ("max_time",)) and isinstance(value, int):
                 # YAML 1.1 reads an unquoted 1:30:00 as the number 5400.
                 fix = 'quote it: time: "1:30:00" (YAML reads an unquoted H:MM:SS as a number)'
+            elif path[-1:] in (("mem",), ("mem_per_cpu",), ("mem_per_node",)) and \
+                    isinstance(value, int) and not isinstance(value, bool):
+                fix = (f"give a size with its unit: {path[-1]}: {value}G (or {value}M; a bare "
+                       "number would be megabytes to Slurm)")
             else:
                 fix = fix or _type_hint(what)
     return HpctrainError(what, where(path), fix)
@@ -605,8 +609,13 @@ def _type_hint(what: str) -> str | None:
     if bound:
         return f"give a value {bound.group(1)} {bound.group(2)}"
     m = re.search(r"[Ee]xpected `([^`]*)`", what)
-    if m and m.group(1) in _EXPECTED:
-        return f"give {_EXPECTED[m.group(1)]}"
+    if m is None:
+        return None
+    expected = m.group(1)
+    if expected in _EXPECTED:
+        return f"give {_EXPECTED[expected]}"
+    if expected.endswith(" | null") and expected[:-7] in _EXPECTED:
+        return f"give {_EXPECTED[expected[:-7]]}, or null"
     return None
 
 

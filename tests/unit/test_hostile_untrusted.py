@@ -454,3 +454,54 @@ def test_snapshot_refuses_pipes_and_sockets_clearly(kind, tmp_path):
     finally:
         if sock is not None:
             sock.close()
+
+
+# ----------------------------------------------------------------------------- messages
+# The unclear messages of issue 27: each names the argument or key the user must change, with
+# the fix, for every variant of the mistake.
+
+_SET_MISTAKES = [("foo.bar=1", "unknown key 'foo'"), ("nme.x=2", "unknown key 'nme'"),
+                 ("resources.gpu.x=1", "unknown key 'gpu'"), ("name.x=1", "'name'"),
+                 ("seed.a.b=1", "'seed'"), ("resources.nodes.x=1", "'resources.nodes'"),
+                 ("launcher.zzz=1", "unknown key 'zzz'"), ("env.A.B=1", "'env")]
+
+
+@pytest.mark.parametrize("arg,what", _SET_MISTAKES)
+def test_a_bad_set_argument_is_named_not_the_job_file(arg, what, tmp_path, home):
+    from hpctrain.job.load import load_job
+    job = tmp_path / "job.yaml"
+    job.write_text("name: a\nscript: t.py\nseed: 1\nresources: {nodes: 1}\nenv: {A: x}\n")
+    with pytest.raises(HpctrainError) as err:
+        load_job(str(job), site="localcluster", overrides=[arg])
+    assert err.value.where == f"--set {arg}", (arg, err.value.where, err.value.what)
+    assert what in err.value.what and err.value.fix
+    tried("messages")
+
+
+@pytest.mark.parametrize("key", ["mem", "mem_per_cpu"])
+@pytest.mark.parametrize("value", [4, 64, 4096, 0])
+def test_a_memory_size_without_unit_gets_the_fix(key, value, tmp_path, home):
+    from hpctrain.job.load import load_job
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: a\nscript: t.py\nresources: {{{key}: {value}}}\n")
+    with pytest.raises(HpctrainError) as err:
+        load_job(str(job), site="localcluster")
+    assert err.value.where == f"{job}:3" and f"{key}: {value}G" in err.value.fix
+    tried("messages")
+
+
+@pytest.mark.parametrize("site", [{"name": "x", "scheduler": "local"}, 3, ["local"], b"local",
+                                  object(), True])
+def test_load_job_site_must_be_a_name_or_a_path(site, home):
+    from hpctrain.job.load import load_job
+    with pytest.raises(HpctrainError) as err:
+        load_job({"name": "a", "script": "t.py"}, site=site)
+    assert "site= takes a site name or the path" in err.value.what and err.value.fix
+    tried("messages")
+
+
+def test_load_job_site_may_be_a_path_object(tmp_path, home):
+    from hpctrain.datafiles import data_dir
+    from hpctrain.job.load import load_job
+    job = load_job({"name": "a", "script": "t.py"}, site=data_dir("site_configs") / "local.yaml")
+    assert job.site.name == "local"
