@@ -106,6 +106,12 @@ def read_session(path: str) -> Session | None:
                 end = event.wall_time if end is None else max(end, event.wall_time)
     except OSError as exc:
         raise HpctrainError(f"cannot read the event file {path}: {exc}") from None
+    except (MemoryError, OverflowError):
+        # A record whose header claims more bytes than memory holds: TensorBoard's reader asks
+        # for them all at once. The file is damaged (or made to look so), not a training log.
+        raise HpctrainError(f"the event file {path} is damaged: a record claims more bytes than "
+                            "the file or this machine's memory holds",
+                            fix="move the file out of the run directory") from None
     if not scalars or start is None:
         return None
     return Session(path=path, start=start, end=end, scalars=scalars)

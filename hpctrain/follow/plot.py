@@ -56,7 +56,7 @@ def run_curves(run: Run, metrics: list[str], limit: int = 12) -> tuple[list[Curv
     return curves, shown, left_out
 
 
-def draw(curves: list[Curve], shown: list[str], path: str, title: str) -> None:
+def draw(curves: list[Curve], shown: list[str], path: str, title: str, fmt: str = "png") -> None:
     """One panel per metric; a curve per task; dotted lines where attempts began."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -89,7 +89,24 @@ def draw(curves: list[Curve], shown: list[str], path: str, title: str) -> None:
     for ax in axes[len(shown):]:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=11)
-    fig.savefig(path, dpi=100)
+    # The format given, so that matplotlib writes exactly `path` (it adds an extension otherwise).
+    fig.savefig(path, dpi=100, format=fmt)
+
+
+_FORMATS = ("png", "svg", "pdf")
+
+
+def _out_path(out: str) -> tuple[str, str]:
+    """Where the plot goes, and its format: a directory gets curves.png inside it; a file name
+    without an extension is a PNG of exactly that name; another extension is refused."""
+    path = os.path.abspath(out)
+    if os.path.isdir(path):
+        path = os.path.join(path, "curves.png")
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if ext and ext not in _FORMATS:
+        raise HpctrainError(f"--out {out}: cannot write a plot as .{ext}",
+                            fix="end the name in .png, .svg or .pdf (or give a directory)")
+    return path, ext or "png"
 
 
 def plot(run: Run, metrics: list[str] | None = None, out: str | None = None) -> Plot:
@@ -99,13 +116,13 @@ def plot(run: Run, metrics: list[str] | None = None, out: str | None = None) -> 
     except ImportError:
         raise HpctrainError("plotting needs matplotlib",
                             fix="pip install 'hpctrain[watch]' (tensorboard and matplotlib)") from None
+    path, fmt = _out_path(out or os.path.join(run.path, "plots", "curves.png"))
     curves, shown, left_out = run_curves(run, list(metrics or []))
-    path = os.path.abspath(out or os.path.join(run.path, "plots", "curves.png"))
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     except OSError as exc:
         raise HpctrainError(f"cannot create {os.path.dirname(path)}: {exc.strerror}",
                             fix="give a writable --out PATH") from None
     rec = run.record
-    draw(curves, shown, path, f"{rec.name}  ({run.id}, {rec.library})")
+    draw(curves, shown, path, f"{rec.name}  ({run.id}, {rec.library})", fmt)
     return Plot(path=path, curves=curves, shown=shown, left_out=left_out)

@@ -115,3 +115,47 @@ def test_handle_shows_progress_and_plots(tmp_path):
     [p] = h.progress()
     assert (p.step, p.metric, p.value) == (7, "reward", 3.0)
     assert h.plot(out=str(tmp_path / "x.png")) == str(tmp_path / "x.png")
+
+
+@pytest.mark.parametrize("out,written,magic", [
+    ("plainname", "plainname", b"\x89PNG"), ("dir/", "dir/curves.png", b"\x89PNG"),
+    ("x.PNG", "x.PNG", b"\x89PNG"), ("x.svg", "x.svg", b"<?xml"), ("x.pdf", "x.pdf", b"%PDF"),
+    ("a.b/name", "a.b/name", b"\x89PNG")])
+def test_plot_writes_exactly_where_it_says(tmp_path, out, written, magic):
+    """`plot --out` without an image extension, or naming a directory, writes the path it
+    prints (matplotlib on its own adds .png to a bare name: the file was elsewhere)."""
+    from hpctrain.follow.plot import plot
+    run = make_run(tmp_path)
+    write_events(run.path / "tb", [(s, 100.0 + s, s) for s in range(3)])
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "a.b").mkdir()
+    drawn = plot(run, out=str(tmp_path / out))
+    assert drawn.path == str(tmp_path / written)
+    assert Path(drawn.path).read_bytes().startswith(magic)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({"runs", "dir", "a.b", Path(written).parts[0]})
+
+
+@pytest.mark.parametrize("out", ["x.jpeg2", "x.txt", "x.tfevents"])
+def test_plot_refuses_a_format_it_cannot_write(tmp_path, out):
+    from hpctrain.follow.plot import plot
+    run = make_run(tmp_path)
+    with pytest.raises(HpctrainError) as err:
+        plot(run, out=str(tmp_path / out))
+    assert "--out" in err.value.what and ".png" in err.value.fix
+
+
+@pytest.mark.parametrize("claimed", [2 ** 62, 2 ** 48, 2 ** 40, 2 ** 63 - 1])
+def test_an_event_file_claiming_a_huge_record_is_an_error_not_a_crash(tmp_path, claimed):
+    """A record header (8-byte length, its masked CRC) that claims more than memory holds:
+    TensorBoard's reader asks for all of it at once."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+    from hpctrain.follow.plot import plot
+    from tests.hostile import tried
+    run = make_run(tmp_path)
+    header = struct.pack("<Q", claimed)
+    (run.path / "events.out.tfevents.1.host").write_bytes(
+        header + struct.pack("<I", masked_crc32c(header)) + b"x" * 64)
+    with pytest.raises(HpctrainError) as err:
+        plot(run)
+    assert "is damaged" in err.value.what and err.value.fix
+    tried("event files")
