@@ -264,7 +264,7 @@ def submit_prepared(prep: Prepared, source=None, warned: list[str] | None = None
     from .job.checks import check_local_gpus, check_secrets
     from .rank.records import RunRecord
     check_secrets(prep.job)
-    if prep.backend == "local":
+    if backend_class(prep.backend).runs_here:
         check_local_gpus(prep.job)
     check_live(prep.job)
     if warned is None:

@@ -87,6 +87,7 @@ class Backend(abc.ABC):
     # How often `submit --wait` and Handle.wait() ask for the state: (first, longest) seconds;
     # the interval grows from the first to the longest while nothing changes (follow/status.py).
     poll: ClassVar[tuple[float, float]] = (1.0, 30.0)
+    runs_here: ClassVar[bool] = False  # the job runs on this machine (its GPUs are checked at submit)
     writes_directives: ClassVar[bool] = False  # the script's header holds scheduler directives
     # Container runtimes (containers.RUNTIMES) this backend's scripts can start the ranks in.
     container_runtimes: ClassVar[tuple[str, ...]] = ()

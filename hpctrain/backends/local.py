@@ -65,14 +65,10 @@ class LocalBackend(Backend):
     name = "local"
     script_name = "job.sh"
     max_nodes = 1
+    runs_here = True  # submit checks this machine's GPUs (job/checks.check_local_gpus)
     # The state is a file and a process here: read 5 times a second, the end is seen at once.
     poll = (0.2, 0.2)
     container_runtimes = ("apptainer", "singularity", "podman", "docker")  # pyxis needs srun
-
-    @classmethod
-    def plan_values(cls, job) -> dict:
-        # No scheduler signals or ends the job's processes: its batch shell does (templates/local/stop.sh.j2).
-        return {"own_signals": True}
 
     def submit_command(self, script: Path, plan=None) -> list[str]:
         return ["bash", str(script)]
