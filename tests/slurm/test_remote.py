@@ -238,6 +238,24 @@ def test_secret_reaches_the_job_without_touching_a_file(home, site, project, far
     # script, logs), ssh's socket directory, this test's whole temporary tree.
     assert grep_files(value, mirror, far, home, tmp_path, Path("/tmp/hpctrain-ssh-0")) == []
 
+    # `submit --resume` of this login-node run: without the secret it is refused before anything
+    # is submitted; with it, the job is submitted again on the cluster, through the login node
+    # (the laptop has no sbatch), and the secret reaches the new attempt the same way.
+    first = json.loads((mirror / "run.json").read_text())["job_id"]
+    proc = laptop("submit", "--resume", mirror.name, cwd=project, check=False)
+    assert proc.returncode == 2 and "HPCT_TOKEN" in proc.stderr and "Traceback" not in proc.stderr
+    assert json.loads((mirror / "run.json").read_text())["job_id"] == first
+    (mirror / "results" / "secret.json").unlink()
+    (far_run(far, "far-secret", mirror.name) / "results" / "secret.json").unlink()
+    laptop("submit", "--resume", mirror.name, cwd=project, env={"HPCT_TOKEN": value})
+    rec = json.loads((mirror / "run.json").read_text())
+    assert rec["job_id"] != first and rec["jobs"] == [first]
+    st = wait_state(mirror.name, project, {"COMPLETED", "FAILED"}, timeout=240)
+    assert st["state"]["state"] == "COMPLETED", st
+    got = json.loads((mirror / "results" / "secret.json").read_text())
+    assert got["sha256"] == hashlib.sha256(value.encode()).hexdigest()
+    assert grep_files(value, mirror, far, home, tmp_path, Path("/tmp/hpctrain-ssh-0")) == []
+
 
 def test_notebook_on_the_laptop_submits_a_function_and_a_job(home, site, project, far, tmp_path):
     """A real Jupyter kernel on the laptop (ipykernel, run by nbclient there): one cell submits a
