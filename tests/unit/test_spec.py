@@ -144,7 +144,8 @@ def test_gpus_mapped_twice_is_an_error(tmp_path, home):
     text = GOOD.replace("site: localcluster", "site: slurm-generic").replace(
         "library: command", "library: rsl_rl").replace("procs_per_node: 2", "procs_per_node: 4\n  gpus_per_node: 2")
     err = error_of(write(tmp_path, text))
-    assert "invalid device ordinal" in err.what
+    assert "4 ranks per node but 2 GPU(s) per node" in err.what and "NCCL" in err.what
+    assert "gpus_per_node: 4" in err.fix
 
 
 @pytest.mark.parametrize("text,seconds", [("30", 1800), ("1:30", 90), ("02:00:00", 7200),

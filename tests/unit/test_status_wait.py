@@ -9,6 +9,7 @@ import pytest
 
 from hpctrain.follow import status
 from hpctrain.backends.base import JobState, State
+from hpctrain.backends.slurm.backend import SlurmBackend
 
 
 class Clock:
@@ -48,6 +49,8 @@ def scheduler(monkeypatch, states: list[State]) -> list:
         seen.append(run_status(states[min(len(seen), len(states) - 1)], len(seen)))
         return seen[-1]
     monkeypatch.setattr(status, "gather", gather)
+    # A Slurm run: its backend's schedule is the back-off these tests describe.
+    monkeypatch.setattr(status, "for_run", lambda run: SlurmBackend)
     return seen
 
 
