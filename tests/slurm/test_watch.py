@@ -33,15 +33,19 @@ def test_two_node_training_shows_progress_in_wait_output(cli, cluster):
     assert nodes == {"node1", "node2"}, proc.stdout  # every rank's progress, named by its node
 
 
+ITERATIONS = 20
+
+
 @pytest.fixture(scope="module")
 def preempted_run(cluster, tmp_path_factory):
-    """A 2x2 DDP training preempted after its first checkpoint, requeued, resumed to the end."""
+    """A 2x2 DDP training preempted after its first checkpoint, requeued, resumed to the end
+    (ITERATIONS in all: the signal lands after the first checkpoint, at 5, with ~7 s left)."""
     from tests.conftest import Cli
     home = tmp_path_factory.mktemp("watch-home")
     env = {"HPCTRAIN_HOME": str(home / "home"), "HPCTRAIN_RUNS_DIR": str(home / "runs")}
     proc = Cli()("submit", "examples/resumable_train.yaml", "--site", cluster,
                  "--set", f"python={sys.executable}",
-                 "--set", "args=[--iterations,40,--sleep,0.5,--save-every,5]", env=env)
+                 "--set", f"args=[--iterations,{ITERATIONS},--sleep,0.5,--save-every,5]", env=env)
     job_id, run_dir = submitted(proc.stdout)
     wait_for_checkpoint(run_dir, job_id)
     preempt(job_id)
@@ -56,7 +60,7 @@ def test_preempted_and_resumed_run_plots_on_one_step_axis(preempted_run, tmp_pat
     saved_at = {a["reached"] for a in attempts(run_dir) if a["job_restart"] == 0}.pop()
     png = tmp_path / "loss.png"
     out = Cli()("plot", job_id, "--metric", "train/loss", "--out", png, env=env).stdout
-    assert f"train/loss 40 points, steps 1-40, 2 attempt(s) starting at step 1, {saved_at + 1}" in out, out
+    assert f"train/loss {ITERATIONS} points, steps 1-{ITERATIONS}, 2 attempt(s) starting at step 1, {saved_at + 1}" in out, out
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
 
     from hpctrain.follow.curves import read_run
@@ -65,13 +69,13 @@ def test_preempted_and_resumed_run_plots_on_one_step_axis(preempted_run, tmp_pat
     curve = scalars.curve("train/loss")
     # One continuous axis: every iteration once, in order, across the requeue; the second
     # attempt starts right after the step its checkpoint was saved at.
-    assert curve.steps == list(range(1, 41)), curve.steps
+    assert curve.steps == list(range(1, ITERATIONS + 1)), curve.steps
     assert curve.attempt_starts == [1, saved_at + 1]
-    assert 1 < saved_at < 40
+    assert 1 < saved_at < ITERATIONS
 
     data = json.loads(Cli()("status", job_id, "--json", env=env).stdout)
     [p] = data["progress"]
-    assert (p["step"], p["attempt"]) == (40, 1) and "loss" in p["metrics"], p
+    assert (p["step"], p["attempt"]) == (ITERATIONS, 1) and "loss" in p["metrics"], p
 
 
 def test_tensorboard_on_the_login_node_serves_the_run_to_a_laptop(preempted_run):
