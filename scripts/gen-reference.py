@@ -126,14 +126,14 @@ def struct_rows(cls: type, prefix: str, registry) -> tuple[list[str], list[tuple
     for field in msgspec.structs.fields(cls):
         tp = hints[field.name]
         meaning = description(tp)
-        kinds = type_text(tp, prefix + field.name)
+        kinds = type_text(tp, prefix + field.encode_name)
         allowed = registry.get((cls.__name__, field.name))
         if allowed:
             kinds += " — one of " + ", ".join(f"`{a}`" for a in allowed)
-        rows.append(f"| `{prefix}{field.name}` | {kinds.replace('|', chr(92) + '|')} | "
+        rows.append(f"| `{prefix}{field.encode_name}` | {kinds.replace('|', chr(92) + '|')} | "
                     f"{default_text(field)} | {markdown_text(meaning)} |")
         for sub in sections(tp):
-            nested.append((f"{prefix}{field.name}", _strip(sub)))
+            nested.append((f"{prefix}{field.encode_name}", _strip(sub)))
     return rows, nested
 
 

@@ -198,6 +198,9 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
         rank_check_timeout=(preemption.preflight_timeout(job) if preflight and lib.torch_library
                             and lib.launcher == "torchrun" else None),
         train_hooks=list(lib.train_hooks),
+        sample_every=spec.sample_every,
+        idle_gpus=({"below": spec.idle_gpus.below, "for": spec.idle_gpus.seconds}
+                   if spec.idle_gpus and spec.sample_every else None),
     )
     return LaunchPlan(
         name=spec.name, site=site.name, backend=site.scheduler, run_dir=run_dir,

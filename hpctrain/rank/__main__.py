@@ -13,6 +13,9 @@
     agent TORCHRUN-ARGS...                 torchrun's agent; a signal sent to it is an ending (ending.py)
     stopped RUN_DIR SIG STATUS [STARTED]   status/stopped.json after a signal ended the launch
     end-ranks RUN_DIR [GRACE]              end this node's ranks that outlived the launch
+    sample RUN_DIR PARENT NNODES           this node's GPU/CPU sampler (sampler.py; launch and agent start it)
+    idle-stopped RUN_DIR STATUS [STARTED]  the sampler stopped the run for idle GPUs: its record
+    notify RUN_DIR VAR FORMAT EVENTS EVENT [DETAIL]  send one event to the webhook in $VAR (notify.py)
 
 Python runs this file with the folder as sys.path[0]. The folder is loaded as a package under a
 private name instead, so that its modules cannot shadow the program's (a user's `records.py`) or
@@ -46,7 +49,9 @@ def _module(name: str):
 USAGE = ("usage: rank run CONFIG.json | launch TIMEOUT TORCHRUN-ARGS... | preflight TIMEOUT | summarize RUN_DIR REASON STATUS "
          "[MESSAGE] | probe ... | archive RUN_DIR | recover RUN_DIR MAX_EXCLUDED | "
          "watch RUN_DIR TIMEOUT | kill-ranks RUN_DIR | container RUNTIME... -- RUN-ARGS... | "
-         "agent TORCHRUN-ARGS... | stopped RUN_DIR SIG STATUS [STARTED] | end-ranks RUN_DIR [GRACE]")
+         "agent TORCHRUN-ARGS... | stopped RUN_DIR SIG STATUS [STARTED] | end-ranks RUN_DIR [GRACE] | "
+         "sample RUN_DIR PARENT NNODES | idle-stopped RUN_DIR STATUS [STARTED] | "
+         "notify RUN_DIR VAR FORMAT EVENTS EVENT [DETAIL]")
 
 
 def recover(run_dir: str, max_excluded: int) -> int:
@@ -62,6 +67,7 @@ def main(args: list[str]) -> int:
     if command == "run" and len(rest) == 1:
         return _module("bootstrap").main(rest[0])
     if command == "launch" and len(rest) >= 2:
+        _module("sampler").start(rest[1:])  # one per node, beside the ranks
         return _module("preflight").launch(float(rest[0]), rest[1:])
     if command == "preflight" and len(rest) == 1:
         return _module("preflight").nodes(float(rest[0]))
@@ -81,12 +87,20 @@ def main(args: list[str]) -> int:
     if command == "kill-ranks" and len(rest) == 1:
         return _module("watch").kill_ranks(rest[0])
     if command == "agent":
+        _module("sampler").start(rest)
         return _module("ending").agent(rest)
     if command == "stopped" and len(rest) in (3, 4) and rest[2].lstrip("-").isdigit():
         started = float(rest[3]) if len(rest) == 4 and rest[3].isdigit() else 0.0
         return _module("ending").stopped(rest[0], rest[1], int(rest[2]), started)
     if command == "end-ranks" and len(rest) in (1, 2):
         return _module("ending").end_ranks(rest[0], float(rest[1]) if len(rest) == 2 else 10.0)
+    if command == "sample" and len(rest) == 3 and rest[1].isdigit() and rest[2].isdigit():
+        return _module("sampler").main(rest[0], int(rest[1]), int(rest[2]))
+    if command == "idle-stopped" and len(rest) in (2, 3) and rest[1].lstrip("-").isdigit():
+        started = float(rest[2]) if len(rest) == 3 and rest[2].isdigit() else 0.0
+        return _module("sampler").idle_stopped(rest[0], int(rest[1]), started)
+    if command == "notify" and len(rest) in (5, 6):
+        return _module("notify").from_job(*rest)
     print(USAGE, file=sys.stderr)
     return 2
 

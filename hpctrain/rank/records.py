@@ -157,6 +157,8 @@ class RankConfig:
     resume_args: list = field(default_factory=list)
     rank_check_timeout: float | None = None  # the preflight's rank meeting; None: none
     train_hooks: list = field(default_factory=list)  # names in rank/train_hooks.HOOKS
+    sample_every: float = 5  # the node sampler's interval (rank/sampler.py); 0: none
+    idle_gpus: dict | None = None  # {"below": percent, "for": seconds}: stop on idle GPUs
     extra: dict = field(default_factory=dict)
 
     @classmethod

@@ -32,6 +32,7 @@ Memory = Annotated[str, Meta(pattern=r"^[0-9]+[KMGT]?\Z")]
 Count = Annotated[int, Meta(ge=1)]
 NonNeg = Annotated[int, Meta(ge=0)]
 Seconds = Annotated[int, Meta(ge=1)]
+Duration = Annotated[str, Meta(pattern=r"^[0-9]{1,7}(s|m|h)\Z")]  # 90s, 20m, 1h
 
 
 class _Strict(Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
@@ -211,6 +212,21 @@ class Notify(_Strict):
                 NotifyEvent.__args__))
 
 
+class IdleGpus(_Strict):
+    """Stop a run whose GPUs all idle (rank/sampler.py): it saves and ends, not requeued."""
+    below: Annotated[Annotated[float, Meta(ge=0, le=100)], Meta(description=(
+            "the utilization, in percent, that every GPU of the run stays below"))] = 5
+    for_: Annotated[Union[Seconds, Duration], Meta(description=(
+            "for this long (seconds, or 90s, 20m, 1h): then the run saves and ends"))] = field(
+                default="20m", name="for")
+
+    @property
+    def seconds(self) -> int:
+        if isinstance(self.for_, int):
+            return self.for_
+        return int(self.for_[:-1]) * {"s": 1, "m": 60, "h": 3600}[self.for_[-1]]
+
+
 class JobSpec(_Strict):
     name: Annotated[Name, Meta(description=(
             "the run's name, [A-Za-z0-9_.-]+; runs go to runs/<name>/<run id>/"))]
@@ -275,6 +291,12 @@ class JobSpec(_Strict):
     notify: Annotated[Notify | None, Meta(description=(
             "send the run's events to a webhook (`submit --wait --notify`); a "
             "site sets one in its defaults"))] = None
+    sample_every: Annotated[Annotated[float, Meta(ge=0, le=3600)], Meta(description=(
+            "seconds between two samples of each node's GPUs (or CPU ranks) for "
+            "`hpctrain report`; 0: no sampling"))] = 5
+    idle_gpus: Annotated[IdleGpus | None, Meta(description=(
+            "stop the run (save, end, no requeue) when all its GPUs stay below a "
+            "utilization for a window; null: never"))] = None
 
 
 class HeadAddress(_Strict):

@@ -71,6 +71,9 @@ MATRIX = {
     "cluster-2x2-hang-restart": ("localcluster", {"resources": {"nodes": 2, "procs_per_node": 2},
                                                   "launcher": {"hang_timeout": 300, "max_restarts": 1}}),
     "local-1x2-hang": ("local", {"resources": {"procs_per_node": 2}, "launcher": {"hang_timeout": 120}}),
+    # Issue 31: the node sampler stops the run for idle GPUs; the batch shell ends it, not requeued.
+    "cluster-2x1-idle-gpus": ("localcluster", {"resources": {"nodes": 2},
+                                               "idle_gpus": {"below": 5, "for": "20m"}}),
     "cluster-1x1-no-snapshot": ("localcluster", {"resources": {"nodes": 1}, "snapshot": False}),
     # Sweeps: one job array (Slurm) or K at a time on this machine.
     "cluster-sweep": ("localcluster", {"sweep": {"grid": {"env.LR": ["0.1", "0.01"]},
