@@ -268,6 +268,14 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .follow.operate import resolve
+    from .follow.report import as_json, report, text
+    result = report(resolve(args.run), args.out)
+    print(as_json(result) if args.json else text(result))
+    return 0
+
+
 def cmd_tensorboard(args) -> int:
     import time
     from .follow.board import start
@@ -371,6 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "(repeatable; default: the library's main metric first, then the others)")
     p.add_argument("--out", help="the PNG to write (default RUN_DIR/plots/curves.png)")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("report", help="what a run (or sweep) cost and how well it used its GPUs: "
+                       "GPU-hours allocated and used, utilization per GPU and rank, time lost")
+    p.add_argument("run", help="run id, run directory or Slurm job id")
+    p.add_argument("--json", action="store_true", help="the report as one JSON object")
+    p.add_argument("--out", help="the PNG of utilization over time (default RUN_DIR/plots/usage.png)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("tensorboard", help="start TensorBoard on a run or sweep (every attempt, "
                        "every task) and print the ssh line that reaches it from a laptop")

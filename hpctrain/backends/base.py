@@ -187,6 +187,12 @@ class Backend(abc.ABC):
         start. Asked where the scheduler's tools run; [] when they cannot be asked."""
         return []
 
+    def accounting(self, job_ids: list[str]) -> dict[str, dict] | None:
+        """`hpctrain report`: what the scheduler's accounting says these jobs were allocated
+        and used, per job id {gpus, elapsed_s, cpus, total_cpu_s, max_rss_mib}; None where it
+        keeps none (then the run's own records answer)."""
+        return None
+
     def test_start(self, script: str) -> str | None:
         """`submit --dry-run`: where and when the scheduler would start this script, without
         submitting it; None where it cannot say."""

@@ -141,6 +141,10 @@ class SlurmBackend(Backend):
 
     # ------------------------------------------------------------------------------ state
 
+    def accounting(self, job_ids: list[str]) -> dict[str, dict] | None:
+        from .accounting import accounting
+        return accounting(job_ids)
+
     def states(self, runs: list[Run]) -> list[JobState]:
         from . import records as slurm_records
         ids = [str(r.record.job_id) for r in runs]

@@ -1,0 +1,56 @@
+"""What sacct says a job cost, for `hpctrain report` (follow/report.py): per job id its GPUs
+(AllocTRES), elapsed seconds, CPUs, total CPU time and the largest MaxRSS of its steps. None
+where the cluster keeps no accounting (AccountingStorageType none: the local test cluster)."""
+from __future__ import annotations
+
+import re
+
+from .. import commands
+from .backend import _accounting_enabled
+
+
+def _seconds(text: str) -> float | None:
+    """sacct's TotalCPU / Elapsed: [D-]HH:MM:SS[.mmm] or MM:SS.mmm."""
+    m = re.fullmatch(r"(?:([0-9]+)-)?(?:([0-9]+):)?([0-9]+):([0-9]+(?:\.[0-9]+)?)", text.strip())
+    if not m:
+        return None
+    d, h, mi, s = m.groups()
+    return int(d or 0) * 86400 + int(h or 0) * 3600 + int(mi) * 60 + float(s)
+
+
+def _mib(text: str) -> float | None:
+    m = re.fullmatch(r"([0-9.]+)([KMGT]?)", text.strip())
+    if not m:
+        return None
+    return float(m.group(1)) * {"": 1 / 1048576, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1 << 20}[m.group(2)]
+
+
+def accounting(job_ids: list[str]) -> dict[str, dict] | None:
+    """job id -> {gpus, elapsed_s, cpus, total_cpu_s, max_rss_mib} from `sacct`, or None where
+    it cannot answer (no sacct, no accounting storage: the local test cluster has none)."""
+    ids = [j for j in job_ids if re.fullmatch(r"[0-9]{1,20}", j)]
+    if not ids or not _accounting_enabled():
+        return None
+    try:
+        out = commands.run(["sacct", "-n", "-P", "-j", ",".join(ids), "-o",
+                            "JobID,AllocTRES,ElapsedRaw,AllocCPUS,TotalCPU,MaxRSS"], timeout=30)
+    except commands.SchedulerError:
+        return None
+    found: dict[str, dict] = {}
+    for line in out.splitlines()[:10000]:
+        parts = line.split("|")
+        if len(parts) != 6:
+            continue
+        job, tres, elapsed, cpus, total, rss = parts
+        base = job.split(".")[0]
+        entry = found.setdefault(base, {"max_rss_mib": None})
+        if "." not in job:  # the allocation itself
+            gpus = re.search(r"gres/gpu=([0-9]+)", tres)
+            entry.update(gpus=int(gpus.group(1)) if gpus else 0,
+                         elapsed_s=float(elapsed) if elapsed.isdigit() else None,
+                         cpus=int(cpus) if cpus.isdigit() else None,
+                         total_cpu_s=_seconds(total))
+        rss_mib = _mib(rss) if rss else None
+        if rss_mib is not None:
+            entry["max_rss_mib"] = max(entry["max_rss_mib"] or 0.0, rss_mib)
+    return {k: v for k, v in found.items() if "elapsed_s" in v} or None

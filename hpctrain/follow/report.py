@@ -1,0 +1,486 @@
+"""`hpctrain report RUN`: what a run cost and how well it used its GPUs.
+
+From the run's records: each node's samples (usage/NODE.jsonl, rank/sampler.py), the allocation
+the head node recorded at each attempt's start (status/allocation-JOB-ATTEMPT.json, from
+`scontrol show job`), `sacct` where the cluster keeps accounting, and the ranks' progress
+(follow/progress.py). Everything read from the run directory is untrusted: regular files only,
+each bounded, and at most MAX_SAMPLES samples per node file.
+
+    GPU-hours allocated   per attempt: GPUs allocated x the attempt's elapsed time (sacct's
+                          AllocTRES x Elapsed; else the scontrol record's GPUs; else the GPUs the
+                          samples saw), summed over every attempt
+    GPU-hours used        the same, each GPU weighted by its mean utilization
+    per GPU / per rank    mean and 10th-percentile utilization (nearest rank), memory peak
+                          against the GPU's total, mean power; a CPU node's ranks: CPU % and RSS
+    time lost             between attempts (a requeue, a preemption), and before each attempt's
+                          first training step (start, rendezvous, loading)
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+import msgspec
+
+from ..errors import HpctrainError
+from ..rank.records import RankIdentity, read_identities
+from ..rank.sampler import _file_node
+from ..runs.records import Run
+from ..runs.untrusted import open_regular, read_regular
+from .progress import of_directory
+
+MAX_SAMPLES = 500_000  # samples read per node file
+MAX_USAGE_BYTES = 256 << 20  # bytes read per node file
+MAX_NODES = 4096
+MAX_ATTEMPTS = 1000
+_NODE_FILE = re.compile(r"[A-Za-z0-9._-]{1,200}\.jsonl")
+_ALLOC_FILE = re.compile(r"allocation-([0-9]{1,20})-([0-9]{1,6})\.json")
+
+
+class GpuStats(msgspec.Struct, kw_only=True):
+    node: str
+    index: int
+    uuid: str | None
+    samples: int
+    mean_util: float | None
+    p10_util: float | None
+    mem_peak_mib: float | None
+    mem_total_mib: float | None
+    mean_power_w: float | None
+
+
+class RankStats(msgspec.Struct, kw_only=True):
+    rank: int
+    node: str | None
+    gpu: int | None  # the GPU it used (its local rank), when the node had GPUs
+    mean_util: float | None = None
+    p10_util: float | None = None
+    mean_cpu_pct: float | None = None  # of one core
+    max_rss_mib: float | None = None
+    steps_per_s: float | None = None
+    step: int | None = None
+
+
+class Attempt(msgspec.Struct, kw_only=True):
+    job_id: str
+    attempt: int
+    start: float
+    end: float
+    elapsed_s: float
+    gpus: int  # allocated
+    gpus_source: str  # sacct | scontrol | samples | none
+    gpu_hours: float
+    gpu_hours_used: float | None
+    first_step_s: float | None  # from the start to the first progress report
+
+
+class Report(msgspec.Struct, kw_only=True):
+    run_id: str
+    name: str
+    task: int | None = None
+    attempts: list[Attempt] = []
+    gpu_hours_allocated: float = 0.0
+    gpu_hours_used: float | None = None
+    allocation_source: str = "none"
+    gpus: list[GpuStats] = []
+    ranks: list[RankStats] = []
+    steps_per_s: float | None = None
+    step: int | None = None
+    metric: str | None = None
+    value: float | None = None
+    lost_between_attempts_s: float = 0.0
+    lost_before_first_step_s: float = 0.0
+    cpu_efficiency: float | None = None  # CPU time / (CPUs allocated x elapsed)
+    max_rss_mib: float | None = None
+    cpu_source: str = "none"  # accounting | samples | none
+    sampler_cpu_pct: dict[str, float] = {}  # per node: the sampler's CPU time / its wall time
+    errors: list[str] = []  # what the samplers recorded going wrong
+    plot: str | None = None
+    tasks: list["Report"] = []  # a sweep's
+    by_cost: list[int] = []  # a sweep's tasks, most GPU-hours first
+    by_metric: list[int] = []  # a sweep's tasks, best metric first
+
+
+# ----------------------------------------------------------------------------- reading
+
+def p10(values: list[float]) -> float | None:
+    """The 10th percentile, nearest rank: the value below which at most a tenth of the samples lie."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.1 * len(ordered)) - 1)]
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def read_usage(directory: str) -> dict[str, list[dict]]:
+    """node -> its sampler's lines (dicts), in order; damaged lines left out."""
+    usage = os.path.join(directory, "usage")
+    try:
+        names = sorted(n for n in os.listdir(usage) if _NODE_FILE.fullmatch(n))[:MAX_NODES]
+    except OSError:
+        return {}
+    out: dict[str, list[dict]] = {}
+    for name in names:
+        lines: list[dict] = []
+        try:
+            with open_regular(os.path.join(usage, name)) as f:
+                read = 0
+                for raw in f:
+                    read += len(raw)
+                    if read > MAX_USAGE_BYTES or len(lines) >= MAX_SAMPLES:
+                        break
+                    try:
+                        rec = json.loads(raw)
+                    except ValueError:
+                        continue
+                    if isinstance(rec, dict):
+                        lines.append(rec)
+        except OSError:
+            continue
+        out[name[:-len(".jsonl")]] = lines
+    return out
+
+
+def _allocations(directory: str) -> dict[tuple[str, int], dict]:
+    status = os.path.join(directory, "status")
+    try:
+        names = [n for n in os.listdir(status) if _ALLOC_FILE.fullmatch(n)][:MAX_ATTEMPTS]
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        try:
+            rec = json.loads(read_regular(os.path.join(status, name), 65536))
+        except (OSError, ValueError):
+            continue
+        m = _ALLOC_FILE.fullmatch(name)
+        if isinstance(rec, dict):
+            out[(m.group(1), int(m.group(2)))] = rec
+    return out
+
+
+# ----------------------------------------------------------------------------- one directory
+
+def _accounting(run: Run, job_ids: list[str]) -> dict[str, dict] | None:
+    """The scheduler's accounting of these jobs (backends: Backend.accounting), or None."""
+    from ..backends import for_run
+    try:
+        return for_run(run).accounting(job_ids)
+    except (HpctrainError, OSError):
+        return None
+
+
+def directory_report(directory: str, run_id: str, name: str, task: int | None = None,
+                     run: Run | None = None) -> Report:
+    usage = read_usage(directory)
+    allocations = _allocations(directory)
+    idents: dict[int, RankIdentity] = {i.rank: i for i in read_identities(directory)}
+    report = Report(run_id=run_id, name=name, task=task)
+
+    # Attempts: each sampler's "start" opens one; its later lines belong to it.
+    attempts: dict[tuple[str, int], dict] = {}
+    gpu_util: dict[tuple[str, int], list[float]] = {}
+    gpu_info: dict[tuple[str, int], dict] = {}
+    gpu_attempt_util: dict[tuple[str, int, str, int], list[float]] = {}
+    rank_cpu: dict[int, list[float]] = {}
+    rank_rss: dict[int, float] = {}
+    for node, lines in usage.items():
+        key = None
+        for rec in lines:
+            kind = rec.get("kind")
+            t = _num(rec.get("t"))
+            if kind == "start":
+                start = _num(rec.get("time"))
+                attempt = rec.get("attempt")
+                if start is None or not isinstance(attempt, int):
+                    key = None
+                    continue
+                key = (str(rec.get("job_id", ""))[:128], attempt)
+                a = attempts.setdefault(key, {"start": start, "end": start, "first": None,
+                                              "gpus": set()})
+                a["start"] = min(a["start"], start)
+                if len(attempts) > MAX_ATTEMPTS:
+                    break
+            elif key is None:
+                continue
+            elif kind == "gpu" and isinstance(rec.get("index"), int):
+                gpu_info[(node, rec["index"])] = rec
+            elif kind == "first_step" and _num(rec.get("time")) is not None:
+                first = attempts[key]["first"]
+                attempts[key]["first"] = min(first, rec["time"]) if first else rec["time"]
+            elif kind in ("cost", "end"):
+                cpu, child, wall = (_num(rec.get(k)) for k in ("cpu_s", "child_cpu_s", "wall_s"))
+                if cpu is not None and wall:
+                    report.sampler_cpu_pct[node] = round(100.0 * (cpu + (child or 0)) / wall, 3)
+                if _num(rec.get("time")) is not None:
+                    attempts[key]["end"] = max(attempts[key]["end"], rec["time"])
+            elif kind == "error" and isinstance(rec.get("error"), str) and len(report.errors) < 20:
+                report.errors.append(f"{node}: {rec['error'][:300]}")
+            elif t is not None and isinstance(rec.get("g"), list):
+                attempts[key]["end"] = max(attempts[key]["end"], t)
+                for row in rec["g"][:64]:
+                    if not (isinstance(row, list) and len(row) == 4 and isinstance(row[0], int)):
+                        continue
+                    util, mem, power = (_num(v) for v in row[1:])
+                    g = (node, row[0])
+                    attempts[key]["gpus"].add(g)
+                    info = gpu_info.setdefault(g, {})
+                    if util is not None:
+                        gpu_util.setdefault(g, []).append(util)
+                        gpu_attempt_util.setdefault((*key, *g), []).append(util)
+                    if mem is not None:
+                        info["peak"] = max(info.get("peak", 0.0), mem)
+                    if power is not None:
+                        info.setdefault("power", []).append(power)
+            elif t is not None and isinstance(rec.get("r"), list):
+                attempts[key]["end"] = max(attempts[key]["end"], t)
+                for row in rec["r"][:4096]:
+                    if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], int)):
+                        continue
+                    cpu, rss = _num(row[1]), _num(row[2])
+                    if cpu is not None:
+                        rank_cpu.setdefault(row[0], []).append(cpu)
+                    if rss is not None:
+                        rank_rss[row[0]] = max(rank_rss.get(row[0], 0.0), rss / 1024)
+
+    accounted = _accounting(run, sorted({k[0] for k in attempts})) if run is not None else None
+    sources, used_total, any_used = set(), 0.0, False
+    for key in sorted(attempts, key=lambda k: attempts[k]["start"]):
+        a = attempts[key]
+        elapsed = max(0.0, a["end"] - a["start"])
+        alloc = allocations.get(key)
+        acct = (accounted or {}).get(key[0]) if len(attempts) == 1 or not accounted else None
+        if acct is not None:
+            gpus, source = acct["gpus"], "accounting"
+            elapsed = acct["elapsed_s"] or elapsed
+        elif alloc is not None and isinstance(alloc.get("gpus"), int):
+            gpus, source = alloc["gpus"], "scontrol"
+        elif a["gpus"]:
+            gpus, source = len(a["gpus"]), "samples"
+        else:
+            gpus, source = 0, "none"
+        sources.add(source)
+        means = [_mean(gpu_attempt_util.get((*key, *g), [])) for g in sorted(a["gpus"])]
+        means = [m for m in means if m is not None]
+        used = None
+        if means:
+            # Each sampled GPU's mean utilization x the attempt's time (an allocated GPU that
+            # was never sampled counts as idle).
+            used = sum(means) / 100.0 * elapsed / 3600.0
+            used_total += used
+            any_used = True
+        report.attempts.append(Attempt(
+            job_id=key[0], attempt=key[1], start=a["start"], end=a["end"], elapsed_s=elapsed,
+            gpus=gpus, gpus_source=source, gpu_hours=gpus * elapsed / 3600.0, gpu_hours_used=used,
+            first_step_s=(a["first"] - a["start"]) if a["first"] else None))
+    report.gpu_hours_allocated = sum(a.gpu_hours for a in report.attempts)
+    report.gpu_hours_used = used_total if any_used else None
+    report.allocation_source = "+".join(sorted(sources - {"none"})) or "none"
+    report.lost_between_attempts_s = sum(max(0.0, b.start - a.end)
+                                         for a, b in zip(report.attempts, report.attempts[1:]))
+    report.lost_before_first_step_s = sum(a.first_step_s or 0.0 for a in report.attempts)
+
+    for (node, index), utils in sorted(gpu_util.items()):
+        info = gpu_info.get((node, index), {})
+        powers = info.get("power") or []
+        report.gpus.append(GpuStats(
+            node=node, index=index, uuid=info.get("uuid") if isinstance(info.get("uuid"), str) else None,
+            samples=len(utils), mean_util=_mean(utils), p10_util=p10(utils),
+            mem_peak_mib=info.get("peak"), mem_total_mib=_num(info.get("mem_total")),
+            mean_power_w=_mean(powers)))
+
+    progress = of_directory(directory, task)
+    rates = {r.rank: r for r in progress.ranks} if progress else {}
+    if progress:
+        report.steps_per_s, report.step = progress.rate, progress.step
+        report.metric, report.value = progress.metric, progress.value
+    for rank in sorted(set(idents) | set(rank_cpu) | set(rates))[:4096]:
+        ident = idents.get(rank)
+        node = ident.node if ident else None
+        stats = RankStats(rank=rank, node=node, gpu=None)
+        if ident is not None:
+            g = (_file_node(ident.node), ident.local_rank)
+            if g in gpu_util:
+                stats.gpu, stats.mean_util, stats.p10_util = g[1], _mean(gpu_util[g]), p10(gpu_util[g])
+        if rank in rank_cpu:
+            stats.mean_cpu_pct = _mean(rank_cpu[rank])
+            stats.max_rss_mib = rank_rss.get(rank)
+        if rank in rates:
+            stats.steps_per_s, stats.step = rates[rank].rate, rates[rank].step
+        report.ranks.append(stats)
+
+    acct_all = [v for v in (accounted or {}).values()]
+    if acct_all and all(v.get("total_cpu_s") is not None and v.get("cpus") for v in acct_all):
+        report.cpu_efficiency = (sum(v["total_cpu_s"] for v in acct_all)
+                                 / sum(v["cpus"] * (v["elapsed_s"] or 0) for v in acct_all) or None)
+        rss = [v["max_rss_mib"] for v in acct_all if v.get("max_rss_mib") is not None]
+        report.max_rss_mib = max(rss) if rss else None
+        report.cpu_source = "accounting"
+    elif rank_cpu:
+        cpus = [a.get("cpus") for a in allocations.values() if isinstance(a.get("cpus"), int)]
+        mean_total = sum(_mean(v) or 0.0 for v in rank_cpu.values()) / 100.0
+        report.cpu_efficiency = mean_total / cpus[0] if cpus and cpus[0] else None
+        report.max_rss_mib = max(rank_rss.values()) if rank_rss else None
+        report.cpu_source = "samples"
+    return report
+
+
+# ----------------------------------------------------------------------------- runs and sweeps
+
+def report(run: Run, out: str | None = None) -> Report:
+    rec = run.record
+    path = str(run.path)
+    if rec.array_size:
+        tasks = [directory_report(os.path.join(path, "tasks", str(i)), run.id, rec.name, i, run)
+                 for i in range(min(rec.array_size, 100_000))]
+        whole = Report(run_id=run.id, name=rec.name, tasks=tasks)
+        whole.gpu_hours_allocated = sum(t.gpu_hours_allocated for t in tasks)
+        used = [t.gpu_hours_used for t in tasks if t.gpu_hours_used is not None]
+        whole.gpu_hours_used = sum(used) if used else None
+        whole.allocation_source = "+".join(sorted({s for t in tasks for s in t.allocation_source.split("+")} - {"none"})) or "none"
+        whole.lost_between_attempts_s = sum(t.lost_between_attempts_s for t in tasks)
+        whole.lost_before_first_step_s = sum(t.lost_before_first_step_s for t in tasks)
+        whole.by_cost = [t.task for t in sorted(tasks, key=lambda t: (-t.gpu_hours_allocated, t.task))]
+        whole.by_metric = [t.task for t in sorted((t for t in tasks if t.value is not None),
+                                                  key=lambda t: (-t.value, t.task))]
+        result = whole
+    else:
+        result = directory_report(path, run.id, rec.name, None, run)
+    result.plot = draw(result, path, out)
+    return result
+
+
+def draw(result: Report, run_path: str, out: str | None) -> str | None:
+    """Utilization over time, one line per node (its GPUs' mean; a CPU node: its ranks' CPU %),
+    each attempt's start marked; None when there is nothing to draw or no matplotlib."""
+    directories = ([os.path.join(run_path, "tasks", str(t.task)) for t in result.tasks]
+                   if result.tasks else [run_path])
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    starts: list[float] = []
+    cpu = False
+    for i, d in enumerate(directories[:64]):
+        for node, lines in read_usage(d).items():
+            label = node if not result.tasks else f"task {result.tasks[i].task} {node}"
+            xs, ys = series.setdefault(label, ([], []))
+            for rec in lines:
+                if rec.get("kind") == "start" and _num(rec.get("time")) is not None:
+                    starts.append(rec["time"])
+                t = _num(rec.get("t"))
+                rows = rec.get("g") if isinstance(rec.get("g"), list) else rec.get("r")
+                if t is None or not isinstance(rows, list):
+                    continue
+                vals = [_num(r[1]) for r in rows if isinstance(r, list) and len(r) >= 2]
+                vals = [v for v in vals if v is not None]
+                if vals:
+                    cpu = cpu or "r" in rec
+                    xs.append(t)
+                    ys.append(sum(vals) / len(vals))
+    series = {k: v for k, v in series.items() if v[0]}
+    if not series:
+        return None
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    path = os.path.abspath(out or os.path.join(run_path, "plots", "usage.png"))
+    if os.path.isdir(path):
+        path = os.path.join(path, "usage.png")
+    t0 = min(min(xs) for xs, _ in series.values())
+    fig = Figure(figsize=(8, 3.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for label, (xs, ys) in sorted(series.items()):
+        ax.plot([(x - t0) / 60 for x in xs], ys, linewidth=1.2, label=label)
+    for i, s in enumerate(sorted(set(starts))):
+        ax.axvline((s - t0) / 60, color="grey", linestyle=":", linewidth=1)
+        ax.annotate(f"attempt {i + 1}", ((s - t0) / 60, 1), xycoords=("data", "axes fraction"),
+                    xytext=(2, -2), textcoords="offset points", va="top", fontsize=7)
+    ax.set_xlabel("minutes since the first start")
+    ax.set_ylabel("rank CPU % (mean)" if cpu else "GPU utilization % (mean of the node's GPUs)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"{result.name}  ({result.run_id})", fontsize=10)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fig.savefig(path, dpi=100, format="png")
+    except OSError as exc:
+        raise HpctrainError(f"cannot write {path}: {exc.strerror}", fix="give a writable --out PATH") from None
+    return path
+
+
+# ----------------------------------------------------------------------------- text
+
+def _h(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}%"
+
+
+def text(r: Report) -> str:
+    lines = []
+    title = f"{r.name} ({r.run_id})" + (f" task {r.task}" if r.task is not None else "")
+    lines.append(title)
+    used = "-" if r.gpu_hours_used is None else f"{r.gpu_hours_used:.3f}"
+    lines.append(f"  GPU-hours: {r.gpu_hours_allocated:.3f} allocated ({r.allocation_source}), "
+                 f"{used} used (utilization-weighted)")
+    for a in r.attempts:
+        first = "-" if a.first_step_s is None else f"{a.first_step_s:.0f}s"
+        lines.append(f"  attempt {a.attempt} (job {a.job_id}): {_h(a.elapsed_s)} x {a.gpus} GPU(s) "
+                     f"[{a.gpus_source}], first step after {first}")
+    lines.append(f"  time lost: {_h(r.lost_between_attempts_s)} between attempts, "
+                 f"{_h(r.lost_before_first_step_s)} before first steps")
+    if r.steps_per_s is not None:
+        lines.append(f"  training: step {r.step}, {r.steps_per_s:.3f} steps/s"
+                     + (f", {r.metric} {r.value:g}" if r.metric and r.value is not None else ""))
+    for g in r.gpus:
+        mem = "-" if g.mem_peak_mib is None else f"{g.mem_peak_mib:.0f}"
+        total = "-" if g.mem_total_mib is None else f"{g.mem_total_mib:.0f}"
+        power = "" if g.mean_power_w is None else f", {g.mean_power_w:.0f} W"
+        lines.append(f"  GPU {g.node}:{g.index}: mean {_pct(g.mean_util)}, p10 {_pct(g.p10_util)}, "
+                     f"memory peak {mem}/{total} MiB{power} ({g.samples} samples)")
+    for k in r.ranks:
+        parts = []
+        if k.mean_util is not None:
+            parts.append(f"GPU {k.gpu} mean {_pct(k.mean_util)} p10 {_pct(k.p10_util)}")
+        if k.mean_cpu_pct is not None:
+            parts.append(f"CPU {k.mean_cpu_pct:.1f}% of a core, RSS peak {k.max_rss_mib or 0:.0f} MiB")
+        if k.steps_per_s is not None:
+            parts.append(f"{k.steps_per_s:.3f} steps/s")
+        if parts:
+            lines.append(f"  rank {k.rank} ({k.node}): " + "; ".join(parts))
+    if r.cpu_efficiency is not None or r.max_rss_mib is not None:
+        eff = "-" if r.cpu_efficiency is None else f"{100 * r.cpu_efficiency:.1f}%"
+        rss = "-" if r.max_rss_mib is None else f"{r.max_rss_mib:.0f} MiB"
+        lines.append(f"  CPU efficiency {eff}, MaxRSS {rss} ({r.cpu_source})")
+    if r.sampler_cpu_pct:
+        lines.append("  sampler cost: " + ", ".join(f"{n} {v:.2f}% of a core"
+                                                     for n, v in sorted(r.sampler_cpu_pct.items())))
+    for e in r.errors:
+        lines.append(f"  sampler: {e}")
+    if r.tasks:
+        for t in r.tasks:
+            lines += ["  " + line for line in text(t).splitlines()]
+        lines.append("  by cost (GPU-hours): " + ", ".join(
+            f"task {i}" for i in r.by_cost))
+        if r.by_metric:
+            lines.append("  by metric (best first): " + ", ".join(f"task {i}" for i in r.by_metric))
+    if r.plot:
+        lines.append(f"  plot: {r.plot}")
+    return "\n".join(lines)
+
+
+def as_json(r: Report) -> str:
+    return msgspec.json.encode(r).decode()

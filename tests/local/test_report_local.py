@@ -1,0 +1,109 @@
+"""Issue 31 on this machine: a real rsl-rl training (real torchrun, 2 ranks on CPU) beside a
+stand-in nvidia-smi (tests/fakes/nvidia-smi: the real csv format, streamed with -lms from the
+real sampled fixture). The launch step's one sampler records the stream; `hpctrain report`'s
+numbers are those of the stream; an idle stream stops the run with its save; nothing of the
+sampler outlives the job."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT, submitted
+from tests.local.test_local_signals import _alive, _done
+
+FAKES = ROOT / "tests" / "fakes"
+
+
+def _env(monkeypatch, tmp_path, util: str) -> None:
+    monkeypatch.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SMI_GPUS", "2")
+    monkeypatch.setenv("FAKE_SMI_UTIL", util)
+    monkeypatch.setenv("FAKE_SMI_ECHO", str(tmp_path / "echo.csv"))
+    monkeypatch.setenv("FAKE_SMI_PIDS", str(tmp_path / "smi.pids"))
+
+
+def _submit(cli, *sets: str) -> Path:
+    args = ["submit", ROOT / "examples/rl/rsl_rl_pendulum.yaml", "--site", "local",
+            "--set", "resources.nodes=1", "--set", f"python={sys.executable}",
+            "--set", "sample_every=0.3"]
+    for s in sets:
+        args += ["--set", s]
+    _, run_dir = submitted(cli(*args, cwd=ROOT).stdout)
+    return run_dir
+
+
+def _p10(values):
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.1 * len(ordered)) - 1)]
+
+
+def _no_sampler_left(run_dir: Path, tmp_path: Path) -> None:
+    starts = [json.loads(line) for f in run_dir.glob("usage/*.jsonl")
+              for line in f.read_text().splitlines() if '"start"' in line]
+    assert len(starts) == 1  # one sampler for the node, not one per rank
+    pids = [starts[0]["pid"]] + [int(p) for p in (tmp_path / "smi.pids").read_text().split()]
+    assert len(pids) == 2 and not any(_alive(p) for p in pids)
+
+
+def test_report_matches_the_streamed_samples(cli, tmp_path, monkeypatch):
+    _env(monkeypatch, tmp_path, "12,87,40,3,65,99,20")
+    run_dir = _submit(cli, "args=[--updates,30,--sleep,0.1,--num-envs,8,--steps,16]")
+    st = _done(cli, run_dir.name)
+    assert st["state"]["state"] == "COMPLETED", st
+    _no_sampler_left(run_dir, tmp_path)
+
+    lines = [json.loads(x) for x in next(run_dir.glob("usage/*.jsonl")).read_text().splitlines()]
+    ticks = [x["g"] for x in lines if "g" in x]
+    assert len(ticks) >= 3
+    # What the sampler recorded is the stand-in's stream, tick for tick (a prefix of it).
+    echo = [[p.strip() for p in line.split(",")]
+            for line in (tmp_path / "echo.csv").read_text().splitlines()]
+    streamed = [echo[i:i + 2] for i in range(0, len(echo), 2)][:len(ticks)]
+    for tick, rows in zip(ticks, streamed):
+        assert tick == [[int(r[0]), float(r[2]), float(r[3]), float(r[5])] for r in rows]
+
+    proc = cli("report", run_dir.name, "--json", "--out", str(tmp_path / "usage.png"))
+    report = json.loads(proc.stdout)
+    for gpu in (0, 1):
+        utils = [float(rows[gpu][2]) for rows in streamed]
+        got = next(g for g in report["gpus"] if g["index"] == gpu)
+        assert got["samples"] == len(utils)
+        assert math.isclose(got["mean_util"], sum(utils) / len(utils))
+        assert got["p10_util"] == _p10(utils)
+        assert got["mem_peak_mib"] == max(float(rows[gpu][3]) for rows in streamed)
+        assert got["mem_total_mib"] == 81559.0 and got["uuid"].startswith("GPU-c1f2461c")
+    start = next(x for x in lines if x.get("kind") == "start")["time"]
+    end = max([x["t"] for x in lines if "t" in x] + [x["time"] for x in lines if x.get("kind") == "end"])
+    (attempt,) = report["attempts"]
+    assert attempt["gpus"] == 2 and attempt["gpus_source"] == "samples"
+    assert math.isclose(report["gpu_hours_allocated"], 2 * (end - start) / 3600)
+    means = [g["mean_util"] for g in report["gpus"]]
+    assert math.isclose(report["gpu_hours_used"], sum(means) / 100 * (end - start) / 3600)
+    assert report["steps_per_s"] and report["step"] >= 29
+    assert attempt["first_step_s"] is not None and report["lost_between_attempts_s"] == 0
+    assert (tmp_path / "usage.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print("sampler cost (% of one core, incl. the stand-in nvidia-smi):", report["sampler_cpu_pct"])
+    text = cli("report", run_dir.name, "--out", str(tmp_path)).stdout
+    assert "GPU-hours:" in text and "p10" in text and "sampler cost" in text
+
+
+def test_idle_gpus_stop_the_run_with_its_save(cli, tmp_path, monkeypatch):
+    _env(monkeypatch, tmp_path, "1,4,0,2")
+    run_dir = _submit(cli, "args=[--updates,2000,--save-interval,1000,--sleep,0.2,--num-envs,8,--steps,16]",
+                      "idle_gpus.below=5", "idle_gpus.for=3")
+    st = _done(cli, run_dir.name, timeout=240)
+    assert st["state"]["state"] == "STOPPED" and st["state"]["exit_code"] == 143, st
+    stopped = json.loads((run_dir / "status" / "stopped.json").read_text())
+    assert stopped["reason"] == "idle_gpus" and stopped["saved"] and Path(stopped["saved"]).is_file(), (
+        stopped, (run_dir / "logs" / "job.out").read_text()[-3000:])
+    assert "idle GPUs: every GPU below 5% for 3s" in st["state"]["reason"]
+    idle = json.loads((run_dir / "status" / "idle-stop.json").read_text())
+    assert idle["below"] == 5 and idle["for"] == 3 and len(idle["nodes"]) == 1
+    failure = json.loads((run_dir / "status" / "failure.json").read_text())
+    assert failure["reason"] == "idle_gpus"
+    assert "stopped for idle GPUs" in (run_dir / "logs" / "job.out").read_text() or \
+        "idle GPUs" in (run_dir / "logs" / "job.out").read_text()
+    _no_sampler_left(run_dir, tmp_path)
