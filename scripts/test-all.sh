@@ -4,9 +4,8 @@
 # (docs/testing.md):
 #   1. tests/unit, first and alone (under a minute): a broken render fails the run at once,
 #      before any cluster starts;
-#   2. tests/local (this machine, no cluster) side by side with the cluster tiers
-#      tests/slurm, tests/ssh, tests/e2e (one pytest session: they share the cluster's nodes,
-#      partitions and sshds, so they never run at the same time as each other).
+#   2. two sessions side by side: tests/slurm then tests/e2e (Slurm jobs), and tests/local
+#      (no cluster) then tests/ssh (the nodes' sshds, once tests/slurm has ended).
 # At the end: each tier's result and the 15 slowest tests of the whole run.
 # .ci/run calls exactly this. Needs root (apt, network namespaces).
 #
@@ -85,19 +84,35 @@ if (($# > 0)); then
     exit "${rc}"
 fi
 
-# 2. The local tier beside the cluster tiers: it uses no cluster state (its own ports, run
-# directories and processes on this machine), and the cluster tiers mostly wait on Slurm.
+# 2. Two sessions side by side. The cluster tiers never share the cluster with each other where
+# they would meet: a slurm test alters nodes (a head name resolving to loopback, an sshd
+# stopped) that the ssh tier uses, and a preemption test's `-p high --exclusive` job preempts
+# whatever runs on its nodes. So:
+#     session A: tests/slurm, then tests/e2e        (Slurm jobs only)
+#     session B: tests/local, then tests/ssh        (no cluster; then the nodes' sshds, no Slurm)
+# tests/ssh waits until tests/slurm has ended and tests/e2e has brought the cluster up (its
+# fixture's up.sh repairs sshds; see tests/conftest.py::cluster).
 t=$SECONDS
-(pytest_session local tests/local >"${logs}/local.out" 2>&1; echo "$? $((SECONDS - t))" >"${logs}/local.rc") &
+(
+    pytest_session local tests/local && rc=0 || rc=$?
+    echo "tests/local: $((SECONDS - t)) s"
+    while [[ ! -e ${logs}/e2e.ready && ! -e ${logs}/a.done ]]; do sleep 1; done
+    t_ssh=$SECONDS
+    pytest_session ssh tests/ssh && rc_ssh=0 || rc_ssh=$?
+    echo "tests/ssh: $((SECONDS - t_ssh)) s (beside tests/e2e)"
+    exit $((rc || rc_ssh))
+) >"${logs}/b.out" 2>&1 &
 local_pid=$!
-pytest_session cluster tests/slurm tests/ssh tests/e2e && cluster_rc=0 || cluster_rc=$?
-echo "tests/slurm tests/ssh tests/e2e: $((SECONDS - t)) s"
-wait "${local_pid}" || true
+pytest_session slurm tests/slurm && rc_slurm=0 || rc_slurm=$?
+echo "tests/slurm: $((SECONDS - t)) s (beside tests/local)"
+t_e2e=$SECONDS
+HPCTRAIN_TEST_CLUSTER_READY="${logs}/e2e.ready" pytest_session e2e tests/e2e && rc_e2e=0 || rc_e2e=$?
+echo "tests/e2e: $((SECONDS - t_e2e)) s"
+touch "${logs}/a.done"
+wait "${local_pid}" && rc_b=0 || rc_b=$?
 local_pid=
-echo "----- tests/local (ran beside the cluster tiers)"
-cat "${logs}/local.out"
-read -r local_rc local_s <"${logs}/local.rc" || local_rc=1
-echo "tests/local: ${local_s:-?} s"
+echo "----- tests/local, then tests/ssh (the second session)"
+cat "${logs}/b.out"
 slowest
 echo "whole run: $((SECONDS - start)) s"
-((cluster_rc == 0 && local_rc == 0))
+((rc_slurm == 0 && rc_e2e == 0 && rc_b == 0))

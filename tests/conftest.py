@@ -130,6 +130,11 @@ def cluster(_cluster_lock):
     proc = subprocess.run(["bash", str(CLUSTER_UP)], capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         pytest.fail(f"could not start the local Slurm cluster:\n{proc.stdout}\n{proc.stderr}")
+    # scripts/test-all.sh starts the ssh tier beside the e2e tier only after this: up.sh's
+    # repairs (a missing sshd started again) must not land in an ssh test that stopped one.
+    ready = os.environ.get("HPCTRAIN_TEST_CLUSTER_READY")
+    if ready:
+        Path(ready).touch()
     return "localcluster"
 
 

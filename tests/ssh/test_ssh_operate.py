@@ -16,8 +16,8 @@ from tests.conftest import ROOT, read_results, submitted
 from tests.e2e.test_rl_training import write_failing_program
 from tests.operate_helpers import job_file, results, wait_state
 from tests.slurm.survive import attempts
-from tests.ssh.helpers import (close_connections, ip_rule, job_log, leftovers, netns, status_of,
-                               wait_done, wait_for)
+from tests.ssh.helpers import (close_connections, ip_rule, job_log, lab_site, leftovers, netns,
+                               status_of, wait_done, wait_for)
 
 RESUMABLE = "examples/resumable_train.yaml"
 
@@ -151,14 +151,18 @@ def test_torchrun_restart_resumes_from_the_newest_checkpoint(cli, lab):
     assert len(re.findall(r"hpctrain: preflight: all 4 ranks met in [\d.]+ s", log)) == 2, log
 
 
-def test_preflight_names_a_host_that_cannot_reach_the_head(cli, lab):
-    # node2 cannot open a connection to node1's rendezvous ports (ssh, port 22, still works):
+def test_preflight_names_a_host_that_cannot_reach_the_head(cli, lab, sites):
+    # node2 cannot open a connection to node1's rendezvous port (ssh, port 22, still works):
     # the preflight stops the job within launcher.preflight_timeout and names node2, instead of
     # torchrun waiting for its join_timeout.
-    # Every derived port (61000 + 2k, at most 65534); iproute2 6.1 refuses a range ending at 65535.
-    with ip_rule("node2", ["to", "10.231.0.11", "ipproto", "tcp", "dport", "61000-65534",
+    # The run's port is fixed (below Slurm's 61000-65534) and only it is blocked: Slurm jobs of
+    # the e2e tier may run on node1 and node2 meanwhile (scripts/test-all.sh), and their
+    # rendezvous must not be cut too.
+    port = 60998
+    lab_site(sites, "lab-port", port={"fixed": port})
+    with ip_rule("node2", ["to", "10.231.0.11", "ipproto", "tcp", "dport", str(port),
                            "prohibit"], 100):
-        proc = cli("submit", RESUMABLE, "--site", lab, "--set", f"python={sys.executable}",
+        proc = cli("submit", RESUMABLE, "--site", "lab-port", "--set", f"python={sys.executable}",
                    "--set", "launcher.preflight_timeout=10", "--wait", check=False, timeout=300)
     _, run_dir = submitted(proc.stdout)
     log = job_log(run_dir)
