@@ -98,6 +98,14 @@ def cmd_submit(args) -> int:
     job = _load(args)
     check_secrets(job)
     notify = _notify_settings(args, job)
+    if notify is not None:
+        # This machine sends the events while it waits: the job does not (never both).
+        import msgspec
+        job = msgspec.structs.replace(job, notify_from_job=False)
+    elif job.spec.notify is not None and not _env_set(job.spec.notify.url_from):
+        print(f"warning: notify: ${job.spec.notify.url_from} (notify.url_from) is not set here: "
+              "the job's events will not be sent (each attempt is recorded in its "
+              "status/notify.jsonl); export it before submitting", file=sys.stderr)
     prep = prepare(job)
     from .submission import collisions, test_start
     warned = collisions(prep)  # a job that can never start is refused here, dry run or not
@@ -126,6 +134,11 @@ def cmd_submit(args) -> int:
         print(line)
     sys.stdout.flush()
     return _wait(args, run, notify)
+
+
+def _env_set(name: str) -> bool:
+    import os
+    return bool(os.environ.get(name))
 
 
 def _notify_settings(args, job) -> dict | None:

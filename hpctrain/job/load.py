@@ -40,6 +40,9 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     origins: Any = None  # origins.Origins: where each key came from, for later errors
     # The runs this job waits for, resolved (chains.resolve): ({mode, run_id, job_id, path}, ...)
     after: tuple = ()
+    # Who sends the notify: events: the job itself (from its nodes), or False when
+    # `submit --wait --notify` sends them from the submitting machine (never both).
+    notify_from_job: bool = True
 
     def resolved(self) -> dict:
         """The job as validated, defaults included: what the run directory records."""

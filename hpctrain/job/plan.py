@@ -69,6 +69,9 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     # the node preflight): the job's python, or the site's host_python with a container.
     host_python: list[str] = []
     hang_timeout: int | None = None  # launcher.hang_timeout: the watcher's (rank/watch.py)
+    # notify: {url_from, format, events}: the events the job itself sends (rank/notify.py);
+    # None when the job has no notify: section or `submit --wait --notify` sends them instead.
+    notify: dict | None = None
     version: str = __version__
     warnings: tuple[str, ...] = ()
 
@@ -218,5 +221,8 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
         preflight_timeout=preemption.preflight_timeout(job),
         container=container, host_python=host_python,
         hang_timeout=spec.launcher.hang_timeout,
+        notify=({"url_from": spec.notify.url_from, "format": spec.notify.format,
+                 "events": list(spec.notify.events)}
+                if spec.notify is not None and job.notify_from_job else None),
         scheduler=backend_class(site.scheduler).plan_values(job),
     )

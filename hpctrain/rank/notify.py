@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -22,6 +23,7 @@ EVENTS = ("start", "preempted", "requeued", "hang", "node_excluded", "completed"
           "stopped")
 FORMATS = ("json", "ntfy", "slack", "discord")
 RECORD = "status/notify.jsonl"
+JOB_TIMEOUT = 3.0  # seconds a send from the job may take: it never holds the job longer
 
 _TITLE = {"start": "started", "preempted": "was preempted", "requeued": "was requeued",
           "hang": "hangs", "node_excluded": "left a node out", "completed": "completed",
@@ -60,8 +62,21 @@ def _post(url: str, body: bytes, headers: dict, timeout: float) -> dict:
     except urllib.error.HTTPError as exc:
         return {"ok": False, "status": exc.code, "error": f"HTTP {exc.code}"}
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return {"ok": False, "error": str(reason).replace(url, "<url>")[:200]}
+        return {"ok": False, "error": redact(str(getattr(exc, "reason", exc)), url)[:200]}
+
+
+def redact(text: str, url: str) -> str:
+    """An error message with the URL, and its path and query (where tokens live), replaced."""
+    from urllib.parse import urlsplit
+    text = text.replace(url, "<url>")
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return text
+    for piece in (parts.path, parts.query, parts.netloc):
+        if len(piece) > 3:
+            text = text.replace(piece, "<url>")
+    return text
 
 
 def send(run_dir: str | None, settings: dict, event: str, info: dict, where: str,
@@ -106,3 +121,39 @@ def read(run_dir: str) -> list[dict]:
 
 def here() -> str:
     return socket.gethostname()[:64]
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def from_job(run_dir: str, url_from: str, fmt: str, events: str, event: str,
+             detail: str = "") -> int:
+    """`rank notify RUN_DIR URL_FROM FORMAT EVENTS EVENT [DETAIL]`: the batch shell's send, from
+    the node the job runs on (templates: parts/functions.sh.j2 notify_event). The run is named
+    by the environment the script set (HPCTRAIN_JOB_NAME, HPCTRAIN_SITE, SLURM_*). Prints one
+    line for the job's log (never the URL) and exits 0 whatever happened."""
+    if not _NAME.fullmatch(url_from) or fmt not in FORMATS or event not in EVENTS:
+        print(f"notify: not sent: bad arguments ({event[:32]!r})")
+        return 0
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    info = {"name": os.environ.get("HPCTRAIN_JOB_NAME", "?")[:128],
+            "run_id": os.path.basename(os.path.normpath(run_dir))[:128], "job": job or "?",
+            "site": os.environ.get("HPCTRAIN_SITE", "")[:128]}
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "")
+    if restarts.isdigit():
+        info["restarts"] = int(restarts)
+    if detail:
+        info["detail"] = "".join(c if c.isprintable() else " " for c in detail)[:500]
+    settings = {"url_from": url_from, "format": fmt,
+                "events": [e for e in events.split(",") if e in EVENTS]}
+    entry = send(run_dir, settings, event, info, f"{here()} (the job)", timeout=JOB_TIMEOUT)
+    if entry is None:
+        return 0
+    if entry.get("ok"):
+        print(f"notify: sent {event} (HTTP {entry.get('status')})")
+    else:
+        print(f"notify: {event} not sent: {entry.get('error', 'HTTP ' + str(entry.get('status')))}"
+              " (recorded in status/notify.jsonl)")
+    return 0

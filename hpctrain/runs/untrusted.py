@@ -166,6 +166,20 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
+def job_notify_var(run_path: Path) -> str | None:
+    """The environment variable a run's resolved job names for its webhook URL (notify.url_from),
+    checked; None without one (or a job.yaml that cannot say: notifications are never a reason
+    to refuse)."""
+    import yaml
+    try:
+        data = yaml.safe_load(read_regular(Path(run_path) / "job.yaml", MAX_RECORD).decode("utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    notify = data.get("notify") if isinstance(data, dict) else None
+    name = notify.get("url_from") if isinstance(notify, dict) else None
+    return name if isinstance(name, str) and ENV_NAME.fullmatch(name) else None
+
+
 def job_secrets(run_path: Path) -> list[str]:
     """The secret names of a run's resolved job (its job.yaml, as submit wrote it), checked:
     environment variable names, at most 256. `submit --resume` needs them set again."""

@@ -93,3 +93,37 @@ def test_notifier_sends_each_event_once_in_order(server, tmp_path, monkeypatch):
     events = [json.loads(g["body"])["event"] for g in got]
     assert events == ["start", "requeued", "requeued", "node_excluded", "completed"]
     assert [r["event"] for r in notify.read(str(tmp_path))] == events
+
+
+def test_the_job_sends_by_variable_name_and_never_fails(server, tmp_path, monkeypatch, capsys):
+    """`rank notify`, as the batch shell calls it: the run named by the job's environment, one
+    line for the job's log without the URL, and exit 0 whatever happened."""
+    url, got = server
+    monkeypatch.setenv("HOOK", f"{url}/hook/s3cr3t-token")
+    monkeypatch.setenv("HPCTRAIN_JOB_NAME", "cart")
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    run_dir = tmp_path / "20260101-000000-bbbb"
+    assert notify.from_job(str(run_dir), "HOOK", "json", "start,requeued", "requeued",
+                           "running again\x1b[2J") == 0
+    assert notify.from_job(str(run_dir), "HOOK", "json", "start,requeued", "failed") == 0  # not asked
+    assert notify.from_job(str(run_dir), "HOOK;id", "json", "start", "start") == 0  # refused
+    monkeypatch.setenv("HOOK", "http://127.0.0.1:9/hook/s3cr3t-token")
+    assert notify.from_job(str(run_dir), "HOOK", "slack", "start", "start") == 0
+    body = json.loads(got[0]["body"])
+    assert len(got) == 1 and body["event"] == "requeued" and body["job"] == "41"
+    assert body["run_id"] == run_dir.name and body["restarts"] == 1
+    assert body["detail"] == "running again [2J"
+    out = capsys.readouterr().out
+    assert "notify: sent requeued (HTTP 200)" in out and "notify: start not sent" in out
+    assert "s3cr3t" not in out
+    records = notify.read(str(run_dir))
+    assert [(r["event"], r["ok"]) for r in records] == [("requeued", True), ("start", False)]
+    assert all(r["from"].endswith("(the job)") for r in records)
+    assert "s3cr3t" not in (run_dir / notify.RECORD).read_text()
+
+
+def test_errors_never_show_the_url():
+    url = "https://hooks.example/services/T000/B000/s3cr3t"
+    assert "s3cr3t" not in notify.redact(f"failed for {url}", url)
+    assert "s3cr3t" not in notify.redact("bad path /services/T000/B000/s3cr3t", url)

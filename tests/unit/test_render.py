@@ -75,6 +75,10 @@ MATRIX = {
     "cluster-2x1-idle-gpus": ("localcluster", {"resources": {"nodes": 2},
                                                "idle_gpus": {"below": 5, "for": "20m"}}),
     "cluster-1x1-no-snapshot": ("localcluster", {"resources": {"nodes": 1}, "snapshot": False}),
+    # Issue 30: the job itself sends its events (rank/notify.py): the URL's variable by name only.
+    "cluster-2x1-notify-hang": ("localcluster", {
+        "resources": {"nodes": 2}, "launcher": {"hang_timeout": 300},
+        "notify": {"url_from": "HOOK_URL", "format": "ntfy"}}),
     # Sweeps: one job array (Slurm) or K at a time on this machine.
     "cluster-sweep": ("localcluster", {"sweep": {"grid": {"env.LR": ["0.1", "0.01"]},
                                                  "seeds": [1, 2], "parallel": 3}}),
@@ -240,6 +244,18 @@ def test_secret_names_only(site_dir, home, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "s3cr3t-value")
     text = rendered("generic-4x8-gpus-secrets", site_dir)
     assert "WANDB_API_KEY" in text and "s3cr3t-value" not in text
+
+
+def test_notify_url_by_name_only_and_off_when_submit_sends(site_dir, home, monkeypatch):
+    monkeypatch.setenv("HOOK_URL", "http://example.invalid/t0k3n-secret")
+    text = rendered("cluster-2x1-notify-hang", site_dir)
+    assert "HOOK_URL" in text and "t0k3n" not in text
+    assert "notify_end completed" in text and "notify_event preempted" in text
+    # `submit --wait --notify` sends from the submitting machine: the job sends nothing.
+    import msgspec
+    job = job_for("localcluster", {"notify": {"url_from": "HOOK_URL"}})
+    plan = make_plan(msgspec.structs.replace(job, notify_from_job=False), "/runs/x")
+    assert plan.notify is None and make_plan(job, "/runs/x").notify["url_from"] == "HOOK_URL"
 
 
 def test_dry_run_is_what_is_submitted(site_dir, home):

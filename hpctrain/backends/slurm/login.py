@@ -405,6 +405,10 @@ class RemoteBackend(Backend):
             self.far, code={"from": job.workdir, "files": len(files), "bytes": total},
             python=version)))
         secrets = {name: os.environ.get(name, "") for name in prep.plan.secrets}
+        if prep.plan.notify and os.environ.get(prep.plan.notify["url_from"]):
+            # The job's webhook URL (notify.url_from) travels like a secret: by name, on stdin.
+            name = prep.plan.notify["url_from"]
+            secrets[name] = os.environ[name]
         with commands.on(self.login.with_env(secrets)):
             return self.inner.submit(run, prep)
 
@@ -413,9 +417,12 @@ class RemoteBackend(Backend):
         login node's sbatch, with the secrets as submit gives them (stdin, never a file); the
         mirror's decisions (status/excluded.json) first copied there, and the ended attempt's
         failure.json archived there as here, so that status speaks of the new job."""
-        from ...runs.untrusted import job_secrets
+        from ...runs.untrusted import job_notify_var, job_secrets
         far_dir = Path(self.far["path"])
         secrets = {name: os.environ.get(name, "") for name in job_secrets(run.path)}
+        hook = job_notify_var(run.path)
+        if hook and os.environ.get(hook):
+            secrets[hook] = os.environ[hook]
         try:
             if (run.path / "status" / "excluded.json").is_file():
                 self.login.push(str(run.path / "status"), str(far_dir / "status"),
