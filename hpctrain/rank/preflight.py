@@ -201,9 +201,10 @@ def launch(timeout: float, torchrun_args: list[str]) -> int:
         if not _is_head():
             time.sleep(5)
         return 1
-    # As `python -m torch.distributed.run ARGS` would (its errors, its exit status).
-    torchrun.main(torchrun_args)
-    return 0
+    # As `python -m torch.distributed.run ARGS` would (its errors, its exit status), a signal
+    # sent to it taken as an ending (rank/ending.py: one line, 128+N, no traceback).
+    from .ending import run_agent
+    return run_agent(torchrun.main, torchrun_args)
 
 
 # ----------------------------------------------------------------------------- ranks

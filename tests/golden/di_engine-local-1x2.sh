@@ -25,13 +25,21 @@ archive_failure() {
 # from status/exit_code.
 echo $$ >"$RUN_DIR/status/pid"
 trap 'echo $? >"$RUN_DIR/status/exit_code"' EXIT
+pass_stop() {  # SIG
+  log "SIG$1: passed to torchrun as SIGTERM; the ranks save at the next iteration boundary"
+  kill -TERM "$CHILD" 2>/dev/null || true
+}
+# The ranks a killed torchrun left (they lead sessions of their own): ended after the launch.
+end_ranks() {
+  python "$RUN_DIR/rank" end-ranks "$RUN_DIR" || true
+}
 
 # --- signals (no scheduler: this shell answers for the job) -----------------------------------
 # TERM, INT or HUP to this shell (a shutdown, a closed session, a `kill`, `hpctrain cancel`) is
-# "save now", as a preemption is on a cluster: SIGTERM goes to torchrun, which passes it on to
-# the ranks; they save at the next iteration boundary and end. The job then ends STOPPED, with
-# where it stopped and what it saved (status/stopped.json); so does a signal sent to torchrun or
-# to a rank itself. Ranks that outlive the launch (a killed torchrun's) are ended after it.
+# "save now", as a preemption is on a cluster: SIGTERM goes to torchrun (on every host), which
+# passes it on to the ranks; they save at the next iteration boundary and end. The job then ends
+# STOPPED, with where it stopped and what it saved (status/stopped.json); so does a signal sent
+# to torchrun or to a rank itself. Ranks that outlive the launch (a killed torchrun's) are ended after it.
 STOP_SIGNAL=""
 STARTED=$(date +%s)
 rm -f "$RUN_DIR"/status/stop-*.json "$RUN_DIR"/status/stopped-at-*.json "$RUN_DIR/status/stopped.json"
@@ -42,8 +50,7 @@ on_stop() {  # SIG
   fi
   STOP_SIGNAL=$1
   if [[ -n ${CHILD:-} ]] && kill -0 "$CHILD" 2>/dev/null; then
-    log "SIG$1: passed to torchrun as SIGTERM; the ranks save at the next iteration boundary"
-    kill -TERM "$CHILD" 2>/dev/null || true
+    pass_stop "$1"
   else
     log "SIG$1 before the ranks started"
     stopped_exit 0
@@ -63,9 +70,6 @@ stopped_exit() {  # STATUS
   said=$(python "$RUN_DIR/rank" stopped "$RUN_DIR" "$sig" "$1" "$STARTED" 2>&1) || return 0
   log "$said"
   exit $(( 128 + $(kill -l "$sig" 2>/dev/null || echo 15) ))
-}
-end_ranks() {
-  python "$RUN_DIR/rank" end-ranks "$RUN_DIR" || true
 }
 
 # --- environment ----------------------------------------------------------------------------

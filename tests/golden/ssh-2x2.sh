@@ -77,6 +77,19 @@ stop_hosts() {
   fi
   bash "$RUN_DIR/job.sh" stop 2>&1 | sed 's/^/  /'
 }
+# "Save now" on every host (`job.sh term`): SIGTERM to the run's torchrun there, which passes it
+# on to its ranks. All at once; this shell waits for the ssh commands only.
+term_hosts() {
+  local i terms=()
+  for (( i = 1; i < NNODES; i++ )); do
+    "${SSH[@]}" -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" term)" </dev/null 2>&1 | sed 's/^/  /' &
+    terms+=("$!")
+  done
+  bash "$RUN_DIR/job.sh" term 2>&1 | sed 's/^/  /'
+  if (( NNODES > 1 )); then
+    wait "${terms[@]}" || true
+  fi
+}
 # The hosts share the run directory (sync: shared): every file is here already.
 gather() {
   return 0
@@ -86,9 +99,17 @@ gather() {
 # ssh. Each gets what srun would give it: the job's HPCTRAIN_* variables, SLURMD_NODENAME (the
 # host as the site names it; the rank side's name for its node) and, with --nodeid, SLURM_NODEID
 # (the preflight's head is node 0). The first step that fails stops the others (srun's
-# --kill-on-bad-exit); its status is returned. --gather: then bring the hosts' files here.
+# --kill-on-bad-exit); its status is returned. A step that ended on a signal (torchrun was sent
+# TERM, INT or HUP there: its ranks are saving) is a stop, not a failure: SIGTERM goes on to the
+# other hosts' torchrun, as the batch shell's own stop does, and the others end as they save.
+# --gather: then bring the hosts' files here.
 on_hosts() {
-  local nodeid=0 gather=0 i host status=0 var vars=() step pids=() ended=() left
+  local nodeid=0 gather=0 i host status=0 var vars=() step pids=() ended=() left stopped=0
+  if [[ $BASHPID != "$$" ]]; then
+    # (the launch, in the background: a signal to the batch shell's process group is the batch
+    # shell's to answer, which tells the hosts itself; this one goes on watching the steps)
+    trap 'stopped=143' TERM INT HUP
+  fi
   while [[ ${1:-} == --nodeid || ${1:-} == --gather ]]; do
     if [[ $1 == --nodeid ]]; then nodeid=1; else gather=1; fi
     shift
@@ -122,7 +143,13 @@ on_hosts() {
       ended[i]=0
       wait "${pids[i]}" || ended[i]=$?
       left=$(( left - 1 ))
-      if (( ended[i] != 0 && status == 0 )); then
+      if (( status == 0 && (ended[i] == 143 || ended[i] == 129 || ended[i] == 130 || ended[i] == 131) )); then
+        if (( ! stopped )); then
+          log "${HOSTS[i]}: torchrun ended on a signal (status ${ended[i]}): passing SIGTERM on to every host"
+          term_hosts
+        fi
+        stopped=${ended[i]}
+      elif (( ended[i] != 0 && status == 0 )); then
         status=${ended[i]}
         if (( status == 255 && i > 0 )); then
           log "${HOSTS[i]}: ssh failed or lost the connection (status 255): stopping the other hosts"
@@ -137,6 +164,7 @@ on_hosts() {
   if (( gather )); then
     gather
   fi
+  (( status != 0 )) || status=$stopped
   return "$status"
 }
 
@@ -214,7 +242,8 @@ read_secrets() {
 }
 
 
-# Every process of this run on this host, one "PID KIND" a line (KIND batch: a batch shell):
+# Every process of this run on this host, one "PID KIND" a line (KIND batch: a batch shell;
+# agent: torchrun, started through the rank side; rank: a rank):
 # what a step started (HPCTRAIN_STEP_OF in its environment: setup lines, torchrun, the ranks and
 # whatever they start), bash running this run's script (the batch shell, a step's shell; not
 # another stop), the rank side, and ssh clients carrying a step of it. Not those of this
@@ -259,6 +288,19 @@ run_processes() {
         done
         ;;
       ssh) [[ $comm == ssh ]] || continue ;;
+      rank)
+        mapfile -d '' -t args <"/proc/$pid/cmdline" 2>/dev/null || continue
+        for (( i = 0; i < ${#args[@]}; i++ )); do
+          if [[ ${args[i]} =~ ^($re)/rank$ ]]; then
+            case ${args[i + 1]:-} in
+              agent | launch) kind="agent" ;;
+              run) kind="rank" ;;
+              *) ;;
+            esac
+            break
+          fi
+        done
+        ;;
       *) ;;
     esac
     echo "$pid $kind"
@@ -324,6 +366,8 @@ detach() {
 #                            one host's part of a step: the environment below, then COMMAND
 #   bash job.sh probe [head] (hpctrain submit, on every host first) can this host run its part?
 #   bash job.sh stop [GRACE] every process of this run on this host: TERM, KILL after GRACE (10) s
+#   bash job.sh term         SIGTERM to this run's torchrun on this host ("save now", the batch
+#                            shell's stop on every host)
 MODE=${1:-}
 
 start_batch_shell() {
@@ -346,6 +390,30 @@ start_batch_shell() {
     exit 3
   fi
   detach
+}
+
+
+# "Save now" on this host (the batch shell's stop, on every host): SIGTERM to this run's torchrun,
+# which passes it on to its ranks; with no torchrun (the tasks launch), to the ranks themselves.
+term_run() {
+  local found=() agents=() ranks=() line
+  mapfile -t found < <(run_processes)
+  for line in "${found[@]}"; do
+    case ${line#* } in
+      agent) agents+=("${line%% *}") ;;
+      rank) ranks+=("${line%% *}") ;;
+      *) ;;
+    esac
+  done
+  if (( ${#agents[@]} )); then
+    kill -TERM "${agents[@]}" 2>/dev/null || true
+    echo "hpctrain term: $(hostname): SIGTERM to torchrun (pid ${agents[*]})"
+  elif (( ${#ranks[@]} )); then
+    kill -TERM "${ranks[@]}" 2>/dev/null || true
+    echo "hpctrain term: $(hostname): SIGTERM to ${#ranks[@]} rank(s)"
+  else
+    echo "hpctrain term: $(hostname): no torchrun of this run runs here"
+  fi
 }
 
 probe_fail() {  # WHAT FIX
@@ -453,6 +521,10 @@ case $MODE in
     stop_run "${@:2}"
     exit 0
     ;;
+  term)
+    term_run
+    exit 0
+    ;;
   step | probe)
     export HPCTRAIN_STEP_OF=$RUN_DIR  # how `stop` finds whatever this step starts
     read_secrets
@@ -464,10 +536,9 @@ case $MODE in
     ;;
   "")
     echo $$ >"$RUN_DIR/status/pid"
-    trap 'exit 143' TERM INT HUP
-    trap on_exit EXIT
+    trap on_exit EXIT  # (TERM, INT and HUP: parts/stop.sh.j2, below)
     ;;
-  *) die "unknown mode '$MODE': start, step, probe or stop (see above)" ;;
+  *) die "unknown mode '$MODE': start, step, probe, stop or term (see above)" ;;
 esac
 
 # --- environment ----------------------------------------------------------------------------
@@ -502,6 +573,55 @@ case $MODE in
 esac
 
 # --- the batch shell (on the head, node1) ----------------------------------------------
+pass_stop() {  # SIG
+  log "SIG$1: passed to torchrun on every host as SIGTERM; the ranks save at the next iteration boundary"
+  kill -TERM "$CHILD" 2>/dev/null || true  # the steps' watcher (on_hosts): the hosts are told here
+  term_hosts
+}
+# What outlived the launch on any host (a killed torchrun's ranks): after a stop or a failure.
+end_ranks() {
+  if [[ -n $STOP_SIGNAL ]] || (( STATUS != 0 )); then
+    stop_hosts
+  fi
+}
+
+# --- signals (no scheduler: this shell answers for the job) -----------------------------------
+# TERM, INT or HUP to this shell (a shutdown, a closed session, a `kill`, `hpctrain cancel`) is
+# "save now", as a preemption is on a cluster: SIGTERM goes to torchrun (on every host), which
+# passes it on to the ranks; they save at the next iteration boundary and end. The job then ends
+# STOPPED, with where it stopped and what it saved (status/stopped.json); so does a signal sent
+# to torchrun or to a rank itself. Ranks that outlive the launch (a killed torchrun's) are ended after it.
+STOP_SIGNAL=""
+STARTED=$(date +%s)
+rm -f "$RUN_DIR"/status/stop-*.json "$RUN_DIR"/status/stopped-at-*.json "$RUN_DIR/status/stopped.json"
+on_stop() {  # SIG
+  if [[ -n $STOP_SIGNAL ]]; then
+    log "SIG$1 (already stopping on SIG$STOP_SIGNAL): the ranks are saving"
+    return
+  fi
+  STOP_SIGNAL=$1
+  if [[ -n ${CHILD:-} ]] && kill -0 "$CHILD" 2>/dev/null; then
+    pass_stop "$1"
+  else
+    log "SIG$1 before the ranks started"
+    stopped_exit 0
+  fi
+}
+trap 'on_stop TERM' TERM
+trap 'on_stop INT' INT
+trap 'on_stop HUP' HUP
+# The launch ended after a signal (this shell's, or torchrun's or a rank's own): STOPPED, unless
+# a rank failed with an error of its own (then the status below records a failure).
+stopped_exit() {  # STATUS
+  local sig=$STOP_SIGNAL said
+  if [[ -z $sig ]]; then
+    sig=$(sed -n 's/.*"signal": *"\([A-Z0-9]*\)".*/\1/p' "$RUN_DIR"/status/stop-*.json 2>/dev/null | head -n 1) || sig=
+  fi
+  sig=${sig:-TERM}
+  said=$(python "$RUN_DIR/rank" stopped "$RUN_DIR" "$sig" "$1" "$STARTED" 2>&1) || return 0
+  log "$said"
+  exit $(( 128 + $(kill -l "$sig" 2>/dev/null || echo 15) ))
+}
 claim_port
 export HPCTRAIN_JOB_ID
 control_dir
@@ -536,7 +656,18 @@ log "launch: ${LAUNCH[*]}"
 "${LAUNCH[@]}" &
 CHILD=$!
 STATUS=0
-wait "$CHILD" || STATUS=$?
+# A trapped signal ends `wait` early (on_stop forwards it): wait again until the launch ends.
+while :; do
+  STATUS=0
+  wait "$CHILD" || STATUS=$?
+  if (( STATUS <= 128 )) || ! kill -0 "$CHILD" 2>/dev/null; then
+    break
+  fi
+done
+end_ranks
+if [[ -n $STOP_SIGNAL ]] || compgen -G "$RUN_DIR/status/stop-*.json" >/dev/null; then
+  stopped_exit "$STATUS"
+fi
 # A node check that failed ended the launch before torchrun: each failing node wrote why.
 if (( STATUS != 0 )) && PROBLEM=$(cat "$RUN_DIR"/status/preflight-failed-*.txt 2>/dev/null | paste -sd';' -) && [[ -n $PROBLEM ]]; then
   record_failure preflight "$STATUS" "preflight failed: $PROBLEM"

@@ -21,7 +21,8 @@ read_secrets() {
 }
 
 
-# Every process of this run on this host, one "PID KIND" a line (KIND batch: a batch shell):
+# Every process of this run on this host, one "PID KIND" a line (KIND batch: a batch shell;
+# agent: torchrun, started through the rank side; rank: a rank):
 # what a step started (HPCTRAIN_STEP_OF in its environment: setup lines, torchrun, the ranks and
 # whatever they start), bash running this run's script (the batch shell, a step's shell; not
 # another stop), the rank side, and ssh clients carrying a step of it. Not those of this
@@ -66,6 +67,19 @@ run_processes() {
         done
         ;;
       ssh) [[ $comm == ssh ]] || continue ;;
+      rank)
+        mapfile -d '' -t args <"/proc/$pid/cmdline" 2>/dev/null || continue
+        for (( i = 0; i < ${#args[@]}; i++ )); do
+          if [[ ${args[i]} =~ ^($re)/rank$ ]]; then
+            case ${args[i + 1]:-} in
+              agent | launch) kind="agent" ;;
+              run) kind="rank" ;;
+              *) ;;
+            esac
+            break
+          fi
+        done
+        ;;
       *) ;;
     esac
     echo "$pid $kind"

@@ -161,19 +161,41 @@ class SshBackend(Backend):
         if mode == "rsync":
             self._push(ssh, hosts, run.path, prep.job.workdir if code else None, excludes, where)
         script = run.path / "tasks" / "0" / "job.sh" if prep.tasks else run.path / "job.sh"
+        return self._start(run, ssh, hosts, script, secrets, mode, where)
+
+    def _start(self, run: Run, ssh, hosts, script: Path, secrets: bytes, mode, where) -> str:
+        """Every host probed, then the batch shell started on the head; its pid recorded."""
+        timeout = ssh.connect_timeout
         probes = ssh.run_many({host: ["bash", "-c", _PROBE, "hpctrain", str(script),
                                       *(["head"] if i == 0 else [])]
                                for i, host in enumerate(hosts)}, input=secrets, timeout=300)
-        self._check_probes(probes, hosts, run.path, mode, where, site.ssh.connect_timeout)
+        self._check_probes(probes, hosts, run.path, mode, where, timeout)
         started = ssh.run(hosts[0], ["bash", str(run.path / "job.sh"), "start"], input=secrets,
-                          timeout=120 + site.ssh.connect_timeout * 2)
+                          timeout=120 + (timeout or 0) * 2)
         pid, start = _started(started)
         if pid is None:
-            what, fix = self._start_problem(started, site.ssh.connect_timeout)
+            what, fix = self._start_problem(started, timeout)
             raise HpctrainError(what, where, fix)
         run.update(pid=pid, pid_start=start, submitted_ts=time.time())
         self._started = (ssh, hosts, run.path)
         return f"{hosts[0]}:{pid}"
+
+    def resubmit(self, run: Run, exclude: list[str]) -> str:
+        """`submit --resume`: the run's own job script started again on its hosts (a stopped
+        run continues from its checkpoint). The hosts are the run's; there is none to leave out."""
+        from ...runs.untrusted import job_secrets
+        info = _info(run)
+        if info is None:
+            raise HpctrainError(f"run {run.id} has no record of its hosts (run.json's ssh)",
+                                fix="submit the job file again (a new run)")
+        # The ended job's exit status and cancel would be read as the new job's.
+        (run.path / "status" / "exit_code").unlink(missing_ok=True)
+        run.update(cancelled=None, extra=dict(run.record.extra, ssh=dict(info, fetched=False)))
+        ssh, hosts = _ssh(run), info["hosts"]
+        secrets = b"".join(f"{name}\0{_env(name)}\0".encode() for name in job_secrets(run.path))
+        if info.get("sync") == "rsync":  # what the hosts saved, brought here, goes back to all
+            self._push(ssh, hosts, run.path, None, [], None)
+        return self._start(run, ssh, hosts, run.path / "job.sh", secrets, info.get("sync"), None)
 
     def _push(self, ssh, hosts, run_dir: Path, code: str | None, excludes, where) -> None:
         """sync: rsync: the run directory (and the code) to the same path on every host."""
