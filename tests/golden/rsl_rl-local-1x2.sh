@@ -29,9 +29,12 @@ pass_stop() {  # SIG
   log "SIG$1: passed to torchrun as SIGTERM; the ranks save at the next iteration boundary"
   kill -TERM "$CHILD" 2>/dev/null || true
 }
-# The ranks a killed torchrun left (they lead sessions of their own): ended after the launch.
+# The ranks a killed torchrun left (they lead sessions of their own): ended after a launch that
+# was stopped or failed (one that exited 0 has waited for every rank).
 end_ranks() {
-  python "$RUN_DIR/rank" end-ranks "$RUN_DIR" || true
+  if [[ -n $STOP_SIGNAL ]] || (( STATUS != 0 )); then
+    python "$RUN_DIR/rank" end-ranks "$RUN_DIR" || true
+  fi
 }
 
 # --- signals (no scheduler: this shell answers for the job) -----------------------------------
