@@ -91,7 +91,7 @@ class Adapter:
     # bootstrap looks for the newest checkpoint matching checkpoint_patterns() in the run
     # directory. If there is one, it sets HPCTRAIN_RESUME_FROM to its absolute path and puts
     # resume_args() on the program's command line. If there is none, the program starts fresh.
-    # The decision is made at run time, rank-side (bootstrap.find_checkpoint / resume_argv), so
+    # The decision is made at run time, rank-side (rank/checkpoints.find_checkpoint, bootstrap.resume_argv), so
     # nothing here runs on the nodes: both methods return plain data for bootstrap.json.
 
     def checkpoint_patterns(self, spec: JobSpec) -> list[str]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import faulthandler
 import glob
 import os
-import re
 import runpy
 import signal
 import socket
@@ -29,6 +28,7 @@ import sys
 import traceback
 
 from . import stop
+from .checkpoints import find_checkpoint
 from .hooks import after_import
 from .records import (JobFailure, RankConfig, RankFailure, RankIdentity, clear_rank_failure,
                       first_failure, now, read_job_failure, read_rank_failures, write_identity,
@@ -183,35 +183,6 @@ def apply_collective_timeout(seconds: int) -> None:
 
 
 # ----------------------------------------------------------------------------- resume
-
-_SKIP = re.compile(r"(^\.|\.(tmp|part|partial)$)")
-
-
-def _natural(name: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
-def find_checkpoint(run_dir: str, patterns: list[str]) -> str | None:
-    """The newest checkpoint matching `patterns` (relative to run_dir), or None."""
-    found = set()
-    for pattern in patterns:
-        full = pattern if os.path.isabs(pattern) else os.path.join(run_dir, pattern)
-        found.update(glob.glob(full, recursive=True))
-    best, best_key = None, None
-    for path in found:
-        if _SKIP.search(os.path.basename(path)):
-            continue
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue  # removed since the glob (a rotated checkpoint)
-        if os.path.isfile(path) and st.st_size == 0:
-            continue
-        key = (st.st_mtime_ns, _natural(os.path.basename(path)))
-        if best_key is None or key > best_key:
-            best, best_key = path, key
-    return os.path.abspath(best) if best else None
-
 
 def resume_argv(argv: list[str], template: list[str], checkpoint: str) -> list[str]:
     """argv with the library's resume option (see libraries/base.py, resume_args)."""

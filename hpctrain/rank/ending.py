@@ -94,7 +94,7 @@ def _newest_checkpoint(run_dir: str) -> str | None:
         return None
     if not config.checkpoint_patterns:
         return None
-    from .bootstrap import find_checkpoint
+    from .checkpoints import find_checkpoint
     return find_checkpoint(run_dir, config.checkpoint_patterns)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 from .. import commands
-from .backend import _accounting_enabled
 
 
 def _seconds(text: str) -> float | None:
@@ -29,7 +28,7 @@ def accounting(job_ids: list[str]) -> dict[str, dict] | None:
     """job id -> {gpus, elapsed_s, cpus, total_cpu_s, max_rss_mib} from `sacct`, or None where
     it cannot answer (no sacct, no accounting storage: the local test cluster has none)."""
     ids = [j for j in job_ids if re.fullmatch(r"[0-9]{1,20}", j)]
-    if not ids or not _accounting_enabled():
+    if not ids or not accounting_enabled():
         return None
     try:
         out = commands.run(["sacct", "-n", "-P", "-j", ",".join(ids), "-o",
@@ -54,3 +53,21 @@ def accounting(job_ids: list[str]) -> dict[str, dict] | None:
         if rss_mib is not None:
             entry["max_rss_mib"] = max(entry["max_rss_mib"] or 0.0, rss_mib)
     return {k: v for k, v in found.items() if "elapsed_s" in v} or None
+
+
+_enabled: dict = {}  # by where the tools run (here: None, or a login node's key)
+
+
+def accounting_enabled() -> bool:
+    """Whether sacct can answer (AccountingStorageType is not accounting_storage/none); asked
+    once per process and cluster, and only when squeue no longer knows a job."""
+    login = commands.where()
+    key = getattr(login, "key", None)
+    if key not in _enabled:
+        try:
+            text = commands.run(["scontrol", "show", "config"])
+        except commands.SchedulerError:
+            return False
+        line = next((ln for ln in text.splitlines() if ln.startswith("AccountingStorageType")), "")
+        _enabled[key] = bool(line) and "accounting_storage/none" not in line
+    return _enabled[key]

@@ -12,6 +12,7 @@ from ...runs.records import Run
 from .. import commands
 from ..base import Backend, JobState, State
 from ..summary import fmt_elapsed, summarise
+from .accounting import accounting_enabled
 
 # Slurm's job states (squeue/scontrol/sacct words) in hpctrain's vocabulary.
 SLURM_STATES = {
@@ -150,7 +151,7 @@ class SlurmBackend(Backend):
         ids = [str(r.record.job_id) for r in runs]
         records = self._query(ids)
         missing = [i for i in ids if not any(slurm_records.belongs(r, i) for r in records)]
-        if missing and _accounting_enabled():
+        if missing and accounting_enabled():
             records += slurm_records.parse_sacct(commands.run(
                 ["sacct", "-X", "-P", "-n", "-o", slurm_records.SACCT_FIELDS,
                  "-j", ",".join(missing)]))
@@ -272,21 +273,3 @@ def _explain(answers: list[JobState], records) -> None:
 def _task_order(path: Path) -> tuple:
     tail = path.stem.rsplit("_", 1)[-1]
     return (int(tail) if tail.isdigit() else -1, path.stat().st_mtime if path.exists() else 0)
-
-
-_accounting: dict = {}  # by where the tools run (here: None, or a login node's key)
-
-
-def _accounting_enabled() -> bool:
-    """Whether sacct can answer (AccountingStorageType is not accounting_storage/none); asked
-    once per process and cluster, and only when squeue no longer knows a job."""
-    login = commands.where()
-    key = getattr(login, "key", None)
-    if key not in _accounting:
-        try:
-            text = commands.run(["scontrol", "show", "config"])
-        except commands.SchedulerError:
-            return False
-        line = next((ln for ln in text.splitlines() if ln.startswith("AccountingStorageType")), "")
-        _accounting[key] = bool(line) and "accounting_storage/none" not in line
-    return _accounting[key]
