@@ -239,7 +239,7 @@ log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | p
 # shellcheck disable=SC2016
 AGENT=(bash -c 'trap "" USR2; exec "$@"' hpctrain-agent)
 LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1
-  "${AGENT[@]}" python -m torch.distributed.run --nnodes="$NNODES" --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$HPCTRAIN_JOB_ID" --rdzv-conf="join_timeout=600,last_call_timeout=30,close_timeout=60" --max-restarts=2
+  "${AGENT[@]}" python "$RUN_DIR/rank" agent --nnodes="$NNODES" --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$HPCTRAIN_JOB_ID" --rdzv-conf="join_timeout=600,last_call_timeout=30,close_timeout=60" --max-restarts=2
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 [[ -z "$SIGNALLED" ]] || after_signal "$(job_view)"
 rm -f "$RUN_DIR"/status/stop-*.json  # an earlier attempt's

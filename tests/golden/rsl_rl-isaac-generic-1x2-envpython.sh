@@ -228,7 +228,7 @@ export HPCTRAIN_HEAD=localhost
 # shellcheck disable=SC2016
 AGENT=(bash -c 'trap "" USR2; exec "$@"' hpctrain-agent)
 LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=16 --gpus-per-node=2 --kill-on-bad-exit=1
-  "${AGENT[@]}" "${ISAACSIM_PYTHON_EXE}" -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 --max-restarts=0
+  "${AGENT[@]}" "${ISAACSIM_PYTHON_EXE}" "$RUN_DIR/rank" agent --standalone --nnodes=1 --nproc-per-node=2 --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 [[ -z "$SIGNALLED" ]] || after_signal "$(job_view)"
 rm -f "$RUN_DIR"/status/stop-*.json  # an earlier attempt's

@@ -236,7 +236,7 @@ CONTAINER=(bash -c 'for v in NCCL_SOCKET_IFNAME TORCH_ELASTIC_SHUTDOWN_TIMEOUT W
 # shellcheck disable=SC2016
 AGENT=(bash -c 'trap "" USR2; exec "$@"' hpctrain-agent)
 LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1
-  "${CONTAINER[@]}" "${AGENT[@]}" python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 --max-restarts=0
+  "${CONTAINER[@]}" "${AGENT[@]}" python "$RUN_DIR/rank" agent --standalone --nnodes=1 --nproc-per-node=2 --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 [[ -z "$SIGNALLED" ]] || after_signal "$(job_view)"
 rm -f "$RUN_DIR"/status/stop-*.json  # an earlier attempt's

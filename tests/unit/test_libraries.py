@@ -81,15 +81,16 @@ def test_torch_launch_is_isaaclabs_documented_command(lib, nodes, doc, home):
     job = isaac_job(lib, nodes)
     argv = launch_argv(render(job))
     rank_side(argv)
+    # torchrun's main runs inside hpctrain's rank side (which starts the node's sampler) with
+    # torchrun's own arguments: after the node check on several nodes (rank/preflight.launch),
+    # as the agent on one (rank/ending.agent).
+    start = argv.index("$RUN_DIR/rank")
     if nodes > 1:
-        # Several nodes: torchrun's main runs inside hpctrain's launch, after the node check
-        # (rank/preflight.launch), with torchrun's own arguments.
-        start = argv.index("$RUN_DIR/rank")
         assert argv[start:start + 3] == ["$RUN_DIR/rank", "launch", "60"]
         opts, _ = split_launcher(argv[start + 2:], "60")
     else:
-        start = argv.index("-m")
-        opts, _ = split_launcher(argv, "torch.distributed.run")
+        assert argv[start:start + 2] == ["$RUN_DIR/rank", "agent"]
+        opts, _ = split_launcher(argv[start:], "agent")
     doc_opts, doc_prog = doc_parts(doc.format(lib=lib), "torch.distributed.run")
     assert program_of(job) == doc_prog  # argument by argument
     assert argv[start - 2:start] == [f"{ISAACLAB}/isaaclab.sh", "-p"]
@@ -137,7 +138,7 @@ def test_own_script_gets_only_its_args(home):
 def test_isaaclab_seed_and_python_from_environment(home):
     job = isaac_job("rl_games", 1, seed=7, python="$ISAACSIM_PYTHON_EXE")
     text = render(job)
-    assert '"${ISAACSIM_PYTHON_EXE}" -m torch.distributed.run' in text
+    assert '"${ISAACSIM_PYTHON_EXE}" "$RUN_DIR/rank" agent' in text
     assert make_plan(job, "/r").program[-1] == "--seed=7"
 
 
