@@ -193,6 +193,7 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
     gpu_attempt_util: dict[tuple[str, int, str, int], list[float]] = {}
     rank_cpu: dict[int, list[float]] = {}
     rank_rss: dict[int, float] = {}
+    node_cpus: dict[str, int] = {}  # the CPUs usable on each node (the sampler's start line)
     for node, lines in usage.items():
         key = None
         for rec in lines:
@@ -205,6 +206,9 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
                     key = None
                     continue
                 key = (str(rec.get("job_id", ""))[:128], attempt)
+                cpus = rec.get("cpus")
+                if isinstance(cpus, int) and not isinstance(cpus, bool) and 0 < cpus < 1 << 20:
+                    node_cpus[node] = cpus
                 a = attempts.setdefault(key, {"start": start, "end": start, "first": None,
                                               "gpus": set()})
                 a["start"] = min(a["start"], start)
@@ -326,9 +330,12 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
         report.max_rss_mib = max(rss) if rss else None
         report.cpu_source = "accounting"
     elif rank_cpu:
+        # The ranks' mean CPU use (in cores) against the CPUs allocated: scontrol's count for the
+        # job, else the CPUs the samplers found usable on their nodes.
         cpus = [a.get("cpus") for a in allocations.values() if isinstance(a.get("cpus"), int)]
+        total = cpus[0] if cpus and cpus[0] else sum(node_cpus.values())
         mean_total = sum(_mean(v) or 0.0 for v in rank_cpu.values()) / 100.0
-        report.cpu_efficiency = mean_total / cpus[0] if cpus and cpus[0] else None
+        report.cpu_efficiency = mean_total / total if total else None
         report.max_rss_mib = max(rank_rss.values()) if rank_rss else None
         report.cpu_source = "samples"
     return report

@@ -397,6 +397,11 @@ def main(config_path: str) -> int:
     tee_output(os.path.join(run_dir, "logs", f"rank-{me.rank}.log"), f"[rank {me.rank}] ")
     clear_rank_failure(status_dir, me.rank)  # an earlier attempt's: this attempt starts clean
     record_identity(status_dir, me)
+    if config.launcher == "tasks" and "RANK" not in os.environ and me.local_rank == 0:
+        # No per-node launch process to start the node's sampler: its first task does, as a
+        # child that ends with it (torchrun's launch starts its own: rank/__main__.py).
+        from . import sampler
+        sampler.start(nnodes=sampler.tasks_nnodes())
     stop.install(config.preempt_signal, status_dir, me.rank)
     # The hang watcher sends SIGQUIT before it ends a stuck rank: the log then shows where
     # every thread of it was (the faulthandler writes without the GIL, from a blocked process).

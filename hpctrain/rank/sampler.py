@@ -1,10 +1,13 @@
 """One sampler per node, beside the ranks: what the GPUs (or, on a CPU node, the ranks) did.
 
-The node's launch step (`rank launch`, `rank agent`: one process per node) starts it (start())
-as a child of its own: `python RUN_DIR/rank sample RUN_DIR PARENT NNODES`. Every few seconds
+The node's launch step (`rank launch`, `rank agent`: one process per node; every torchrun
+launch goes through one of them) starts it (start()) as a child of its own; under the tasks
+launcher (one process per rank, no per-node process: JAX), the node's first task (SLURM_LOCALID
+0) does, from its bootstrap: `python RUN_DIR/rank sample RUN_DIR PARENT NNODES`. Every few seconds
 (bootstrap.json's sample_every) it appends one line to RUN_DIR/usage/NODE.jsonl:
 
-    {"kind": "start", "time", "node", "job_id", "attempt", "interval", "source"}   once per attempt
+    {"kind": "start", "time", "node", "job_id", "attempt", "interval", "nnodes", "cpus", "pid"}
+                                         once per attempt ("cpus": the CPUs usable on this node)
     {"kind": "gpu", "index", "uuid", "mem_total"}                                  once per GPU
     {"t": TIME, "g": [[index, util %, memory used MiB, power W], ...]}              a GPU sample
     {"t": TIME, "r": [[rank, cpu % of one core, rss KiB], ...]}                     a CPU node's sample
@@ -86,9 +89,24 @@ def _settings(run_dir: str) -> tuple[float, dict | None]:
     return every, idle
 
 
-def start(torchrun_args: list[str]) -> int | None:
-    """From the launch step: start this node's sampler; its pid, or None (no run, sampling off,
-    or it could not start: the launch goes on without it)."""
+def tasks_nnodes() -> int:
+    """The tasks launcher's node count, from the task variables srun (or hpctrain's own
+    launch_tasks, with the same names) gives each rank."""
+    env = os.environ
+    nodes = env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or ""
+    if nodes.isdigit() and int(nodes) > 0:
+        return int(nodes)
+    total, per = env.get("SLURM_NTASKS", ""), env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
+    if total.isdigit() and per.isdigit() and int(per) > 0:
+        return max(1, int(total) // int(per))
+    return 1
+
+
+def start(torchrun_args: list[str] | None = None, nnodes: int | None = None) -> int | None:
+    """Start this node's sampler as a child of this process (it ends with it); its pid, or None
+    (no run, sampling off, or it could not start: the launch goes on without it). From the
+    launch step (`rank launch`, `rank agent`: torchrun's arguments give the node count), or
+    from the first task of a node under the tasks launcher (bootstrap.py: `nnodes` given)."""
     run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
     if not run_dir:
         return None
@@ -99,7 +117,7 @@ def start(torchrun_args: list[str]) -> int | None:
         here = os.path.dirname(os.path.abspath(__file__))
         proc = subprocess.Popen(
             [sys.executable, here, "sample", run_dir, str(os.getpid()),
-             str(_nnodes(torchrun_args))],
+             str(nnodes if nnodes is not None else _nnodes(torchrun_args or []))],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             close_fds=True)
         return proc.pid
@@ -128,6 +146,19 @@ def _cpu_seconds(pid: str = "self") -> tuple[float, float]:
         return (int(fields[11]) + int(fields[12])) / _CLK, (int(fields[13]) + int(fields[14])) / _CLK
     except (OSError, IndexError, ValueError):
         return 0.0, 0.0
+
+
+def _usable_cpus() -> int | None:
+    """The CPUs the job's processes on this node may run on (Slurm's cgroup or the affinity a
+    launcher gave): what a CPU node's efficiency is measured against. Slurm's count of the
+    node's allocated CPUs first: a task's own affinity can be narrower (the tasks launcher)."""
+    on_node = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    if on_node.isdigit() and int(on_node) > 0:
+        return int(on_node)
+    try:
+        return len(os.sched_getaffinity(0)) or None
+    except (AttributeError, OSError):
+        return os.cpu_count()
 
 
 def _number(text: str) -> float | None:
@@ -404,7 +435,7 @@ class Sampler:
     def run(self) -> None:
         self.write({"kind": "start", "time": self.began, "node": self.node, "job_id": self.job_id,
                     "attempt": self.attempt, "interval": self.every, "nnodes": self.nnodes,
-                    "pid": os.getpid()})
+                    "cpus": _usable_cpus(), "pid": os.getpid()})
         try:
             os.unlink(self.idle_path(self.node))  # an earlier attempt's
         except OSError:

@@ -107,3 +107,60 @@ def test_idle_gpus_stop_the_run_with_its_save(cli, tmp_path, monkeypatch):
     assert "stopped for idle GPUs" in (run_dir / "logs" / "job.out").read_text() or \
         "idle GPUs" in (run_dir / "logs" / "job.out").read_text()
     _no_sampler_left(run_dir, tmp_path)
+
+
+def test_tasks_launcher_has_one_sampler_per_node(cli, tmp_path, monkeypatch):
+    """The tasks launcher (JAX: one process per rank, no per-node launch process): the node's
+    first task starts the node's one sampler, which ends with the run."""
+    _env(monkeypatch, tmp_path, "30,70")
+    args = ["submit", ROOT / "examples/rl/skrl_jax_pendulum.yaml", "--site", "local",
+            "--set", "resources.nodes=1", "--set", f"python={sys.executable}",
+            "--set", "sample_every=0.3", "--set", "args=[--updates,6,--sleep,0.3,--num-envs,8,--steps,8]"]
+    _, run_dir = submitted(cli(*args, cwd=ROOT).stdout)
+    st = _done(cli, run_dir.name)
+    assert st["state"]["state"] == "COMPLETED", (st, (run_dir / "logs" / "job.out").read_text()[-3000:])
+    assert "launch_tasks" in (run_dir / "job.sh").read_text()
+    _no_sampler_left(run_dir, tmp_path)
+    lines = [json.loads(x) for x in next(run_dir.glob("usage/*.jsonl")).read_text().splitlines()]
+    ticks = [x["g"] for x in lines if "g" in x]
+    assert ticks and all([r[1] for r in tick] in ([30.0, 70.0], [70.0, 30.0]) for tick in ticks), ticks
+    report = json.loads(cli("report", run_dir.name, "--json", "--out", str(tmp_path)).stdout)
+    assert {g["index"] for g in report["gpus"]} == {0, 1}
+    assert report["attempts"][0]["gpus"] == 2 and report["gpu_hours_allocated"] > 0
+
+
+def test_cpu_node_report_from_proc(cli, tmp_path, monkeypatch):
+    """A node without nvidia-smi: the sampler reads each rank's CPU use and RSS from /proc, and
+    the report gives them per rank, with the CPU efficiency and MaxRSS they add up to."""
+    path = [d for d in os.environ["PATH"].split(os.pathsep)
+            if d and not os.access(os.path.join(d, "nvidia-smi"), os.X_OK)]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    run_dir = _submit(cli, "args=[--updates,30,--sleep,0.1,--num-envs,8,--steps,16]")
+    st = _done(cli, run_dir.name)
+    assert st["state"]["state"] == "COMPLETED", st
+    lines = [json.loads(x) for x in next(run_dir.glob("usage/*.jsonl")).read_text().splitlines()]
+    start = next(x for x in lines if x.get("kind") == "start")
+    assert isinstance(start["cpus"], int) and start["cpus"] >= 1
+    assert not any("g" in x for x in lines)
+    rows: dict[int, list] = {}
+    for x in lines:
+        for rank, cpu, rss in x.get("r", []):
+            rows.setdefault(rank, []).append((cpu, rss))
+    assert set(rows) == {0, 1} and all(len(v) >= 3 for v in rows.values()), rows
+    # A training rank of this example is busy: more than a tenth of a core, tens of MiB.
+    assert all(max(c for c, _ in v) > 10 and min(r for _, r in v) > 10_000 for v in rows.values())
+
+    report = json.loads(cli("report", run_dir.name, "--json", "--out", str(tmp_path)).stdout)
+    assert report["gpus"] == [] and report["gpu_hours_used"] is None
+    for rank, samples in rows.items():
+        got = next(r for r in report["ranks"] if r["rank"] == rank)
+        assert math.isclose(got["mean_cpu_pct"], sum(c for c, _ in samples) / len(samples))
+        assert math.isclose(got["max_rss_mib"], max(r for _, r in samples) / 1024)
+    means = [sum(c for c, _ in v) / len(v) for v in rows.values()]
+    assert report["cpu_source"] == "samples"
+    assert math.isclose(report["cpu_efficiency"], sum(means) / 100 / start["cpus"])
+    assert math.isclose(report["max_rss_mib"], max(r for v in rows.values() for _, r in v) / 1024)
+    text = cli("report", run_dir.name, "--out", str(tmp_path)).stdout
+    assert f"CPU efficiency {100 * report['cpu_efficiency']:.1f}%" in text
+    assert f"MaxRSS {report['max_rss_mib']:.0f} MiB (samples)" in text
+    assert "rank 0 (" in text and "of a core, RSS peak" in text
