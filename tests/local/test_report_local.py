@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 from pathlib import Path
 
 from tests.conftest import ROOT, submitted
-from tests.local.test_local_signals import _alive, _done
+from tests.local.test_local_signals import _alive, _done, _wait_for
 
 FAKES = ROOT / "tests" / "fakes"
 
@@ -164,3 +165,75 @@ def test_cpu_node_report_from_proc(cli, tmp_path, monkeypatch):
     assert f"CPU efficiency {100 * report['cpu_efficiency']:.1f}%" in text
     assert f"MaxRSS {report['max_rss_mib']:.0f} MiB (samples)" in text
     assert "rank 0 (" in text and "of a core, RSS peak" in text
+
+
+def _attempts_from_records(run_dir: Path) -> list[dict]:
+    """Each attempt's start, last record and first step, as the sampler wrote them."""
+    out: list[dict] = []
+    for line in next(run_dir.glob("usage/*.jsonl")).read_text().splitlines():
+        x = json.loads(line)
+        if x.get("kind") == "start":
+            out.append({"start": x["time"], "end": x["time"], "first": None, "job_id": x["job_id"]})
+        elif x.get("kind") == "first_step":
+            out[-1]["first"] = x["time"]
+        t = x.get("t", x.get("time"))
+        if x.get("kind") != "start" and t is not None:
+            out[-1]["end"] = max(out[-1]["end"], t)
+    return out
+
+
+def test_a_resumed_runs_report_counts_the_time_lost(cli, tmp_path, monkeypatch):
+    """A local run stopped with SIGTERM after its first steps and continued with `submit
+    --resume`: two attempts in one run directory; the report's time lost between them and
+    before each one's first step is what the records say."""
+    _env(monkeypatch, tmp_path, "50,60")
+    run_dir = _submit(cli, "resources.procs_per_node=1",
+                      "args=[--updates,12,--save-interval,1000,--sleep,0.3,--num-envs,8,--steps,16]")
+    _wait_for(lambda: any(json.loads(p.read_text()).get("step", 0) >= 2
+                          for p in run_dir.glob("status/progress-*.json")), 180, "iteration 2")
+    os.kill(int((run_dir / "status" / "pid").read_text()), signal.SIGTERM)
+    assert _done(cli, run_dir.name)["state"]["state"] == "STOPPED"
+    cli("submit", "--resume", str(run_dir), "--wait", timeout=300)
+    assert _done(cli, run_dir.name)["state"]["state"] == "COMPLETED"
+
+    records = _attempts_from_records(run_dir)
+    assert len(records) == 2 and records[0]["job_id"] != records[1]["job_id"], records
+    assert all(r["first"] is not None for r in records), records
+    report = json.loads(cli("report", run_dir.name, "--json", "--out", str(tmp_path)).stdout)
+    assert [a["job_id"] for a in report["attempts"]] == [r["job_id"] for r in records]
+    gap = records[1]["start"] - records[0]["end"]
+    assert gap > 0 and math.isclose(report["lost_between_attempts_s"], gap)
+    before = [r["first"] - r["start"] for r in records]
+    for attempt, want in zip(report["attempts"], before):
+        assert math.isclose(attempt["first_step_s"], want)
+        assert math.isclose(attempt["elapsed_s"], records[report["attempts"].index(attempt)]["end"]
+                            - records[report["attempts"].index(attempt)]["start"])
+    assert math.isclose(report["lost_before_first_step_s"], sum(before))
+    assert math.isclose(report["gpu_hours_allocated"],
+                        sum(2 * (r["end"] - r["start"]) for r in records) / 3600)
+    text = cli("report", run_dir.name, "--out", str(tmp_path)).stdout
+    assert text.count("attempt 0 (job ") == 2 and "between attempts" in text
+
+
+def test_a_sweeps_report_ranks_its_tasks_by_cost_and_metric(cli, tmp_path, monkeypatch):
+    """Two tasks of different lengths (each past its first episodes, so each reports a reward):
+    the longer costs more GPU-hours; the metric each reached orders them best first; the sweep's
+    totals are its tasks' sums."""
+    _env(monkeypatch, tmp_path, "40")
+    run_dir = _submit(cli, "resources.procs_per_node=1", "sweep.parallel=2",
+                      "sweep.variants=[{args: [--updates,6,--sleep,0.2,--num-envs,8,--steps,50]},"
+                      " {args: [--updates,14,--sleep,0.2,--num-envs,8,--steps,50]}]")
+    st = _done(cli, run_dir.name, timeout=240)
+    assert st["state"]["state"] == "COMPLETED", st
+    report = json.loads(cli("report", run_dir.name, "--json", "--out", str(tmp_path)).stdout)
+    tasks = {t["task"]: t for t in report["tasks"]}
+    assert set(tasks) == {0, 1} and all(t["attempts"] for t in tasks.values())
+    cost = {i: t["gpu_hours_allocated"] for i, t in tasks.items()}
+    assert cost[1] > cost[0] > 0
+    assert report["by_cost"] == [1, 0]
+    assert math.isclose(report["gpu_hours_allocated"], cost[0] + cost[1])
+    values = {i: t["value"] for i, t in tasks.items()}
+    assert all(v is not None for v in values.values()) and tasks[0]["metric"], tasks
+    assert report["by_metric"] == sorted(values, key=lambda i: (-values[i], i))
+    text = cli("report", run_dir.name, "--out", str(tmp_path)).stdout
+    assert "by cost (GPU-hours): task 1, task 0" in text and "by metric (best first): task" in text
