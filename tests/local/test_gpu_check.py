@@ -1,5 +1,5 @@
 """scripts/gpu-check.sh (issue 28, item 5) on this CPU machine, whole: a stand-in nvidia-smi on
-PATH prints the real bytes of an H100's `nvidia-smi -L` (../shared/fixtures/nvidia-smi/), torch
+PATH prints the real bytes of an H100's `nvidia-smi -L` (tests/fixtures/nvidia-smi/, copied from the shared fixtures), torch
 here has no CUDA, so the script must say that and run every check on the CPU: the probe job, each
 installed RL library, a SIGTERM that saves and a --resume that continues, one table."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-FIXTURE = ROOT.parent / "shared" / "fixtures" / "nvidia-smi" / "nvidia-smi-h100.txt"
+FIXTURE = ROOT / "tests" / "fixtures" / "nvidia-smi" / "nvidia-smi-h100.txt"
 
 
 def _stand_in(bin_dir: Path) -> None:

@@ -1,6 +1,6 @@
 """GPU jobs are checked against the GPUs there are (issue 28, item 3), with a stand-in
 `nvidia-smi` on PATH that prints the real bytes an H100 machine printed
-(/work/shared/fixtures/nvidia-smi), so the logic runs on this CPU-only machine."""
+(tests/fixtures/nvidia-smi), so the logic runs on this CPU-only machine."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ import yaml
 
 from hpctrain.job.checks import local_gpus
 
-FIXTURE = Path(os.environ.get("HPCTRAIN_NVIDIA_SMI_FIXTURES", "/work/shared/fixtures/nvidia-smi"))
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
 
 def _stand_in(tmp_path: Path) -> dict:
