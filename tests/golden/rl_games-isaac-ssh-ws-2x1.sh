@@ -271,12 +271,14 @@ run_processes() {
   read -r -a args <<<"$stat"
   session=${args[3]}
   net=$(readlink /proc/$$/ns/net)
+  # Most telling first: a process found twice keeps its first reason (sort -s -u), so a rank or
+  # torchrun, which also carries the step's environment, is known as one.
   {
-    grep -lzE -e "^HPCTRAIN_STEP_OF=($re)\$" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/\([0-9]*\)/.*|\1 env|' || true
-    grep -lzE -e "^($re)/job\.sh\$" /proc/[0-9]*/cmdline 2>/dev/null | sed 's|^/proc/\([0-9]*\)/.*|\1 sh|' || true
     grep -lzE -e "^($re)/rank\$" /proc/[0-9]*/cmdline 2>/dev/null | sed 's|^/proc/\([0-9]*\)/.*|\1 rank|' || true
+    grep -lzE -e "^($re)/job\.sh\$" /proc/[0-9]*/cmdline 2>/dev/null | sed 's|^/proc/\([0-9]*\)/.*|\1 sh|' || true
     grep -lzE -e "'($re)/job\.sh' 'step'" /proc/[0-9]*/cmdline 2>/dev/null | sed 's|^/proc/\([0-9]*\)/.*|\1 ssh|' || true
-  } | sort -u -k1,1n | while read -r pid why; do
+    grep -lzE -e "^HPCTRAIN_STEP_OF=($re)\$" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/\([0-9]*\)/.*|\1 env|' || true
+  } | sort -s -u -k1,1n | while read -r pid why; do
     stat=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
     read -r -a args <<<"$stat"
     [[ ${args[0]:-Z} != Z && ${args[3]:-} != "$session" ]] || continue
