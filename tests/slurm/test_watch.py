@@ -127,7 +127,7 @@ def test_tensorboard_on_the_login_node_serves_the_run_to_a_laptop(preempted_run)
         assert run_name == "tensorboard", tags  # both attempts' event files: one TensorBoard run
         query = urllib.parse.urlencode({"run": run_name, "tag": "train/loss"})
         points = on_laptop_get(f"{base}/scalars?{query}")
-        assert [step for _, step, _ in points] == list(range(1, 41)), points
+        assert [step for _, step, _ in points] == list(range(1, ITERATIONS + 1)), points
     finally:
         stuck.cancel()
         if forward:
