@@ -32,6 +32,7 @@ MAX_LIST = 100_000  # entries of one list of a record
 # (1234, 1234_5, local-4321, ws1:4321): letters, digits and . _ - : @, never a space, a newline,
 # a quote or a leading '-'.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+NAME = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,100}")  # schema/spec.py's Name
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}")
 
 
@@ -119,7 +120,11 @@ def check_record(rec, path) -> None:
         value = getattr(rec, key)
         if value is not None and len(value) > MAX_TEXT:
             raise _bad(path, key, f"is {len(value)} characters long (at most {MAX_TEXT})")
-    for key in ("run_id", "name", "site", "backend", "scheduler", "library", "kind", "state"):
+    for key in ("name", "site"):  # the schema's names (a job may be called '-rf': a name, quoted)
+        value = getattr(rec, key)
+        if value is not None and not NAME.fullmatch(value):
+            raise _bad(path, key, f"is {excerpt(value)}, not a name")
+    for key in ("run_id", "backend", "scheduler", "library", "kind", "state"):
         value = getattr(rec, key)
         if value is not None and (not value or _control(value) or value.startswith("-")):
             raise _bad(path, key, f"is {excerpt(value)}, not a name")

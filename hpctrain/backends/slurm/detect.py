@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from ...errors import HpctrainError
+from ... import rank
 from .. import commands
 
 PORT_BASE, PORT_SPAN = 61000, 4536  # spec.PortRule's defaults: above Linux's ephemeral range
@@ -123,7 +124,7 @@ def run_probe(python: list[str], partition: str | None, nodelist: str | None, wh
         shutil.rmtree(rank_dir)
     for old in ("done", "facts.jsonl", "reach.jsonl", "port"):  # a previous detect's answers
         (where / old).unlink(missing_ok=True)
-    shutil.copytree(Path(__file__).resolve().parent.parent / "rank", rank_dir,
+    shutil.copytree(Path(rank.__file__).parent, rank_dir,
                     ignore=shutil.ignore_patterns("__pycache__"))
     script = where / "probe.sbatch"
     script.write_text(probe_script(python, rank_dir, where))
