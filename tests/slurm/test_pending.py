@@ -17,7 +17,7 @@ from tests.operate_helpers import WORKER, status_json
 pytestmark = pytest.mark.slurm
 
 
-def _job(tmp_path, name, time_limit="00:02:00", partition="high", nodes=1):
+def _job(tmp_path, name, time_limit="00:05:00", partition="high", nodes=1):
     import sys
     doc = {"name": name, "library": "command", "script": str(WORKER), "args": ["--seconds", "1"],
            "python": sys.executable,
@@ -86,12 +86,17 @@ def test_run_behind_higher_priority_jobs_and_held(cli, cluster, tmp_path, jobs):
     page = cli("status", job_id).stdout
     assert f"PENDING: behind {why['ahead']} higher-priority job" in page and "action    wait" in page
     assert "behind" in cli("list").stdout
-    # Held by the user: the way out is named.
-    subprocess.run(["scontrol", "hold", job_id], check=True)
+    # Held by the user (`scontrol uhold`; root's plain `hold` is an administrator's): the way
+    # out is named.
+    subprocess.run(["scontrol", "uhold", job_id], check=True)
     st = _until(cli, job_id, lambda s: (s["state"].get("why") or {}).get("category") == "held")
     assert st["state"]["why"]["text"] == "held by you"
     assert st["state"]["why"]["action"] == f"release it: `scontrol release {job_id}`"
     assert "held by you" in cli("status", run_dir.name).stdout
+    subprocess.run(["scontrol", "release", job_id], check=True)
+    subprocess.run(["scontrol", "hold", job_id], check=True)
+    st = _until(cli, job_id, lambda s: (s["state"].get("why") or {}).get("text") == "held by an administrator")
+    assert "administrator" in st["state"]["why"]["action"]
 
 
 def test_run_behind_a_maintenance_reservation(cli, cluster, tmp_path, jobs, reservations):
