@@ -99,11 +99,17 @@ def _job_info_rpcs() -> int:
 
 
 def test_list_asks_slurm_once_whatever_the_number_of_runs(cli, cluster, tmp_path):
-    jobs = []
+    jobs, dirs = [], []
     for i in range(5):
         jf = job_file(tmp_path, f"many-{i}", nodes=1, procs=1, args=["--seconds", "60"])
-        jobs.append(submitted(cli("submit", jf, "--site", cluster).stdout)[0])
+        job_id, run_dir = submitted(cli("submit", jf, "--site", cluster).stdout)
+        jobs.append(job_id)
+        dirs.append(run_dir)
     try:
+        # Each job, as it starts, asks scontrol once for its own allocation (the node's sampler,
+        # rank/sampler.py): counted by the same sdiag, so the count waits until all 5 have.
+        wait_until(lambda: all(list((d / "status").glob("allocation-*.json")) for d in dirs), 180,
+                   "every job's allocation record")
         before = _job_info_rpcs()
         rows = json.loads(cli("list", "--json").stdout)
         after = _job_info_rpcs()
