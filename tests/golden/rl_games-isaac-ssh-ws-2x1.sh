@@ -116,6 +116,7 @@ gather() {
 # --gather: then bring the hosts' files here.
 on_hosts() {
   local nodeid=0 gather=0 i host status=0 var vars=() step pids=() ended=() left stopped=0
+  local stop_since=0 ended_all=0
   if [[ $BASHPID != "$$" ]]; then
     # (the launch, in the background: a signal to the batch shell's process group is the batch
     # shell's to answer, which tells the hosts itself; this one goes on watching the steps)
@@ -148,6 +149,16 @@ on_hosts() {
   left=$NNODES
   while (( left > 0 )); do
     sleep 0.5
+    # Stopping, and a host has not ended a minute on (its ranks may wait in a collective for a
+    # peer that is gone, and never reach the iteration boundary where they save): end it.
+    if (( stopped && ! ended_all )); then
+      (( stop_since )) || stop_since=$SECONDS
+      if (( SECONDS - stop_since > 60 )); then
+        log "the hosts did not end within 60 s of the stop: ending what is left"
+        stop_hosts
+        ended_all=1
+      fi
+    fi
     for (( i = 0; i < NNODES; i++ )); do
       [[ -z ${ended[i]} ]] || continue
       ! kill -0 "${pids[i]}" 2>/dev/null || continue
@@ -160,6 +171,8 @@ on_hosts() {
           term_hosts
         fi
         stopped=${ended[i]}
+      elif (( ended[i] != 0 && status == 0 && stopped )); then
+        :  # the run is stopping (a signal, a cancel): a host's step cut short is part of that
       elif (( ended[i] != 0 && status == 0 )); then
         status=${ended[i]}
         if (( status == 255 && i > 0 )); then
