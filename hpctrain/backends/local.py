@@ -16,6 +16,7 @@ from ..errors import HpctrainError
 from typing import TYPE_CHECKING
 
 from ..runs.records import Run
+from ..rank.ending import signal_ranks
 from ..runs.untrusted import MAX_SMALL, read_text
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ class LocalBackend(Backend):
         if not (recorded_process_alive(rec) and is_job_shell(rec.pid, run.path / self.script_name)):
             # No job shell (or a record naming a process that is not it): only what carries
             # the run's identity in its environment.
-            _kill(processes_of(run.path), signal.SIGKILL)
+            signal_ranks(processes_of(run.path), signal.SIGKILL)
             return
         try:
             os.killpg(rec.pid, signal.SIGTERM)
@@ -174,7 +175,7 @@ class LocalBackend(Backend):
                 os.killpg(rec.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        _kill(processes_of(run.path), signal.SIGKILL)
+        signal_ranks(processes_of(run.path), signal.SIGKILL)
 
     def output_files(self, run: Run, task: int | None = None) -> list[Path]:
         if task is None and run.record.array_size:
@@ -238,15 +239,3 @@ def processes_of(run_dir: Path) -> list[int]:
             if _start_time(pid) is not None:
                 pids.append(pid)
     return pids
-
-
-def _kill(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.killpg(pid, sig)  # a rank leads its own session: this takes its tee and workers too
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass

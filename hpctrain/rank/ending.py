@@ -170,15 +170,7 @@ def end_ranks(run_dir: str, grace: float = 10.0) -> int:
     print(f"hpctrain: {len(pids)} rank process(es) outlived the launch "
           f"({', '.join(map(str, pids))}): ending them", file=sys.stderr, flush=True)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.killpg(pid, sig)  # a rank leads its own session: its tee and workers too
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        signal_ranks(pids, sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(_rank_of_run(p, run_dir) for p in pids):
             time.sleep(0.1)
@@ -186,3 +178,17 @@ def end_ranks(run_dir: str, grace: float = 10.0) -> int:
         if not pids:
             break
     return 0
+
+
+def signal_ranks(pids: list[int], sig: int) -> None:
+    """SIG to each rank and its process group: a rank leads its own session, so this takes its
+    tee and its workers too."""
+    for pid in pids:
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
