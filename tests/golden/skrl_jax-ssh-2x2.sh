@@ -439,9 +439,13 @@ term_run() {
       *) ;;
     esac
   done
-  if (( ${#agents[@]} )); then
+  if (( ${#agents[@]} && ${#ranks[@]} )); then
     kill -TERM "${agents[@]}" 2>/dev/null || true
     echo "hpctrain term: $(hostname): SIGTERM to torchrun (pid ${agents[*]})"
+  elif (( ${#agents[@]} )); then
+    # Its ranks have ended: torchrun is on its way out (its exit barrier). A signal now would
+    # only cut that short with a traceback.
+    echo "hpctrain term: $(hostname): the ranks have ended; torchrun is finishing"
   elif (( ${#ranks[@]} )); then
     kill -TERM "${ranks[@]}" 2>/dev/null || true
     echo "hpctrain term: $(hostname): SIGTERM to ${#ranks[@]} rank(s)"
