@@ -43,7 +43,14 @@ def _stopped(cli, run_dir: Path, sig: str) -> tuple[dict, dict]:
     reached = {a["host"]: a["reached"] for a in map(json.loads, (run_dir / "results" / "attempts.jsonl")
                                                      .read_text().splitlines())}
     assert reached == {"node1": stopped["step"], "node2": stopped["step"]}, reached
-    assert "Traceback" not in log and "SignalException" not in log, log[-4000:]
+    # No traceback for the signal torchrun was sent. torch's elastic agent on a host whose peer
+    # (the head, which holds the rendezvous store) finished first logs its failed exit barrier
+    # with the store error's traceback (agent/server/api.py, "Error waiting on exit barrier"):
+    # a shutdown race between hosts inside torchrun, not a signal's traceback; it is left out.
+    shown = "\n".join(line for line in log.splitlines()
+                       if "torch/distributed/elastic/agent/server/api.py:" not in line)
+    assert "SignalException" not in log, log[-4000:]
+    assert "Traceback" not in shown, shown[-4000:]
     assert leftovers(run_dir) == {"node1": [], "node2": []}
     return st, stopped
 
@@ -56,4 +63,7 @@ def test_a_signal_to_the_batch_shell_saves_on_every_host(cli, lab, sig):
     _stopped(cli, run_dir, sig)
     log = job_log(run_dir)
     assert f"SIG{sig}: passed to torchrun on every host as SIGTERM" in log, log[-3000:]
-    assert "hpctrain term: node2: SIGTERM to torchrun" in log
+    # node2's torchrun is signalled while its ranks run; ranks that already stopped with node1's
+    # (they agree on the iteration to stop at) leave their torchrun to finish by itself.
+    assert ("hpctrain term: node2: SIGTERM to torchrun" in log
+            or "hpctrain term: node2: the ranks have ended; torchrun is finishing" in log), log[-3000:]
