@@ -19,6 +19,7 @@ import stat
 from pathlib import Path
 
 from ..errors import HpctrainError
+from ..schema.spec import NAME_PATTERN
 
 # Bounds: far above anything hpctrain writes, far below what could exhaust a machine.
 MAX_RECORD = 8 << 20  # run.json, an index line's file, a status record
@@ -32,7 +33,7 @@ MAX_LIST = 100_000  # entries of one list of a record
 # (1234, 1234_5, local-4321, ws1:4321): letters, digits and . _ - : @, never a space, a newline,
 # a quote or a leading '-'.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-NAME = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,100}")  # schema/spec.py's Name
+NAME = re.compile(NAME_PATTERN)  # the schema's job and site names
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}")
 
 
@@ -122,7 +123,7 @@ def check_record(rec, path) -> None:
             raise _bad(path, key, f"is {len(value)} characters long (at most {MAX_TEXT})")
     for key in ("name", "site"):  # the schema's names (a job may be called '-rf': a name, quoted)
         value = getattr(rec, key)
-        if value is not None and not NAME.fullmatch(value):
+        if value is not None and not (len(value) <= 100 and NAME.fullmatch(value)):
             raise _bad(path, key, f"is {excerpt(value)}, not a name")
     for key in ("run_id", "backend", "scheduler", "library", "kind", "state"):
         value = getattr(rec, key)

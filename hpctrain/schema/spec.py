@@ -23,7 +23,8 @@ from .yamlfile import Located
 # Patterns are full-match and ASCII: \Z, not $ (which also matches before a final newline), and
 # [0-9], not \d (which also matches other scripts' digits).
 # A name becomes a directory (runs/<name>/): never "." or "..".
-Name = Annotated[str, Meta(pattern=r"^(?!\.\.?\Z)[A-Za-z0-9_.-]+\Z", max_length=100)]
+NAME_PATTERN = r"^(?!\.\.?\Z)[A-Za-z0-9_.-]+\Z"  # also what run.json's names are held to
+Name = Annotated[str, Meta(pattern=NAME_PATTERN, max_length=100)]
 EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")]
 EnvValue = Union[str, int, float, bool]
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
