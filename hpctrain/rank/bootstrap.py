@@ -31,6 +31,7 @@ from . import stop
 from .checkpoints import find_checkpoint
 from .hooks import after_import
 from .records import (JobFailure, RankConfig, RankFailure, RankIdentity, clear_rank_failure,
+                      clear_stop_request,
                       first_failure, now, read_job_failure, read_rank_failures, write_identity,
                       write_job_failure, write_rank_failure)
 
@@ -396,6 +397,9 @@ def main(config_path: str) -> int:
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     tee_output(os.path.join(run_dir, "logs", f"rank-{me.rank}.log"), f"[rank {me.rank}] ")
     clear_rank_failure(status_dir, me.rank)  # an earlier attempt's: this attempt starts clean
+    # A stop this rank's predecessor wrote when torchrun ended its group to restart it (rank 1
+    # died on another node): this rank was not asked to stop, and the job must not end STOPPED.
+    clear_stop_request(status_dir, me.rank)
     record_identity(status_dir, me)
     if config.launcher == "tasks" and "RANK" not in os.environ and me.local_rank == 0:
         # No per-node launch process to start the node's sampler: its first task does, as a

@@ -434,6 +434,13 @@ def write_stop_request(status_dir: str, request: StopRequest) -> None:
     write_json(os.path.join(status_dir, f"stop-{request.rank}.json"), request.to_dict(), indent=None)
 
 
+def clear_stop_request(status_dir: str, rank: int) -> None:
+    try:
+        os.remove(os.path.join(status_dir, f"stop-{rank}.json"))
+    except OSError:
+        pass
+
+
 @dataclass
 class ExcludedNode:
     """One entry of status/excluded.json: a node the run's next allocations leave out."""
