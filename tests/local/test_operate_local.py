@@ -14,7 +14,9 @@ def test_local_status_follow_and_failure(cli, tmp_path):
     assert job_id.startswith("local-")
     wait_state(cli, run_dir.name, {"RUNNING", "FAILED"})
     follow = cli("logs", run_dir.name, "-f", timeout=120, cwd=tmp_path)
-    assert "[rank 0] rank 0 done" in follow.stdout and "deliberate failure on rank 1" in follow.stdout
+    # (not rank 0's last line: rank 1 fails as rank 0 ends, and torchrun may stop rank 0 first)
+    assert "[rank 0] step 0 of rank 0" in follow.stdout
+    assert "deliberate failure on rank 1" in follow.stdout
     st = status_json(cli, run_dir.name)
     assert st["state"]["state"] == "FAILED" and st["state"]["exit_code"] == 1
     assert [f["rank"] for f in st["failures"]] == [1]
