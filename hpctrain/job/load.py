@@ -127,7 +127,7 @@ def _validated(doc: Located, data: dict, profile: SiteProfile, site_doc: Located
     the control-character scan (a sweep task's point: the rest of its document was scanned in
     the sweep's own job); None: scan the whole document."""
     data["site"] = profile.name
-    merged = deep_merge(profile.defaults, data)
+    merged = deep_merge(_site_health(profile), deep_merge(profile.defaults, data))
     env_keys = {("runs_dir",): "HPCTRAIN_RUNS_DIR"} if "runs_dir" not in merged \
         and os.environ.get("HPCTRAIN_RUNS_DIR") else {}
     where = Origins(doc, site_doc, profile.name, set_args, env_keys, site_from, flags)
@@ -149,6 +149,12 @@ def _validated(doc: Located, data: dict, profile: SiteProfile, site_doc: Located
     return Job(spec=spec, site=profile, source=doc.source, workdir=os.getcwd(),
                warnings=tuple(dict.fromkeys(warnings)), raw=merged, site_ref=site_name,
                origins=where, after=resolve(spec, profile, where))
+
+
+def _site_health(profile: SiteProfile) -> dict:
+    """The site's `health:` keys (those it set), under a job's own."""
+    site = msgspec.to_builtins(profile.health)
+    return {"health": site} if site else {}
 
 
 def _with_tasks(job: Job, site_doc: Located) -> Job:

@@ -138,6 +138,19 @@ def gpu_request(job: Job) -> tuple[str, str] | None:
     return ("gpus-per-node", count) if site.gpu_request == "gpus-per-node" else ("gres", f"gpu:{count}")
 
 
+def health_gate(spec, preflight: bool) -> dict | None:
+    """bootstrap.json's "health" (rank/health.py): the checks and the GPUs each node must show,
+    for the node check of a multi-node launch, which runs it; None: no gate."""
+    h, r = spec.health, spec.resources
+    on = h.enabled if h.enabled is not None else r.gpus_per_node > 0
+    if not (on and preflight and r.nodes > 1):
+        return None
+    return {"expected_gpus": r.gpus_per_node, "gpus": h.gpus, "ecc": h.ecc,
+            "row_remap": h.row_remap, "retired_pages": h.retired_pages,
+            "foreign_memory_mib": h.foreign_memory_mib, "same_driver": h.same_driver,
+            "timeout": h.timeout}
+
+
 def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan:
     """The plan of one job in run_dir; code_dir: where the code snapshot lies (None: the job
     runs the live tree)."""
@@ -204,6 +217,7 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
         sample_every=spec.sample_every,
         idle_gpus=({"below": spec.idle_gpus.below, "for": spec.idle_gpus.seconds}
                    if spec.idle_gpus and spec.sample_every else None),
+        health=health_gate(spec, preflight),
     )
     return LaunchPlan(
         name=spec.name, site=site.name, backend=site.scheduler, run_dir=run_dir,

@@ -21,9 +21,14 @@ Two levels, both bounded by launcher.preflight_timeout, both naming who did not 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
+
+from . import health
+
+_DRIVER = re.compile(r"[^0-9A-Za-z.,-]")  # what a node may say of its driver version
 
 
 def _say(text: str) -> None:
@@ -44,6 +49,7 @@ def serve(port: int, expected: list[str], deadline: float, result: dict) -> None
         return
     result["ready"].set()
     arrived: dict[str, socket.socket] = {}
+    drivers: dict[str, str] = {}  # each node's NVIDIA driver, as its health gate read it
     try:
         while set(expected) - set(arrived):
             left = deadline - time.monotonic()
@@ -56,14 +62,19 @@ def serve(port: int, expected: list[str], deadline: float, result: dict) -> None
                 break
             conn.settimeout(max(1.0, deadline - time.monotonic()))
             try:
-                name = conn.makefile("r").readline().strip()
+                name, _, driver = conn.makefile("r").readline(4096).strip().partition(" ")
             except OSError:
                 conn.close()
                 continue
             arrived[name] = conn
+            drivers[name] = _DRIVER.sub("", driver)[:64]
         missing = [n for n in expected if n not in arrived]
-        reply = (b"ok\n" if not missing else
-                 f"fail: {', '.join(missing)} did not arrive\n".encode())
+        odd = (health.odd_drivers({n: drivers.get(n, "") for n in expected})
+               if not missing else None)
+        if odd:
+            result["odd"] = odd
+        reply = (f"fail: {', '.join(missing)} did not arrive\n".encode() if missing else
+                 f"fail: {odd[1]}\n".encode() if odd else b"ok\n")
         for conn in arrived.values():
             try:
                 conn.sendall(reply)
@@ -77,8 +88,9 @@ def serve(port: int, expected: list[str], deadline: float, result: dict) -> None
         srv.close()
 
 
-def join(head: str, port: int, me: str, deadline: float) -> str | None:
-    """Connect to the head and wait for the barrier; None on success, else what went wrong."""
+def join(head: str, port: int, me: str, deadline: float, driver: str = "") -> str | None:
+    """Connect to the head and wait for the barrier; None on success, else what went wrong.
+    `driver`: this node's NVIDIA driver version, which the head compares across the nodes."""
     last = "no attempt"
     while time.monotonic() < deadline:
         try:
@@ -90,7 +102,7 @@ def join(head: str, port: int, me: str, deadline: float) -> str | None:
             continue
         try:
             conn.settimeout(max(1.0, deadline - time.monotonic() + 5))
-            conn.sendall(f"{me}\n".encode())
+            conn.sendall(f"{me} {driver}".rstrip().encode() + b"\n")
             answer = conn.makefile("r").readline().strip()
         except OSError as exc:
             return f"connected to {head}:{port} but the barrier failed: {exc}"
@@ -149,6 +161,24 @@ def _is_head() -> bool:
     return (env.get("SLURM_NODEID") or env.get("HPCTRAIN_NODE_INDEX")) == "0"
 
 
+def _health_gate(me: str) -> tuple[dict | None, str]:
+    """This node's health verdict (rank/health.py), recorded in status/health/, and the driver
+    version it tells the head (empty: not compared); None when the job has no gate. The gate's
+    nvidia-smi calls are bounded by health.timeout."""
+    run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
+    cfg = health.settings(run_dir) if run_dir else None
+    if cfg is None:
+        return None, ""
+    verdict = health.gate(cfg, me)
+    health.record(run_dir, verdict)
+    for note in verdict["notes"]:
+        _say(f"{me}: {note}")
+    if verdict["ok"]:
+        _say(f"{me}: health gate passed: {len(verdict['gpus'])} GPU(s), driver "
+             f"{verdict['driver'] or '?'}, in {verdict['seconds']:.2f} s")
+    return verdict, (verdict["driver"] or "") if cfg.get("same_driver") else ""
+
+
 def nodes(timeout: float) -> int:
     """The node barrier (once per node); returns this node's exit status."""
     env = os.environ
@@ -158,7 +188,10 @@ def nodes(timeout: float) -> int:
     start = time.monotonic()
     deadline = start + timeout
     server = None
-    result: dict = {"ready": threading.Event(), "missing": None, "error": None}
+    result: dict = {"ready": threading.Event(), "missing": None, "error": None, "odd": None}
+    verdict, driver = _health_gate(me)
+    if verdict is not None and not verdict["ok"]:
+        return _fail(me, health.summary(verdict))
     if _is_head():
         server = threading.Thread(target=serve, args=(port, expected, deadline, result),
                                   daemon=True)
@@ -167,9 +200,12 @@ def nodes(timeout: float) -> int:
         if result["error"]:
             _record([me], result["error"])
             return _fail(me, f"{me}: {result['error']}")
-    problem = join(head, port, me, deadline)
+    problem = join(head, port, me, deadline, driver)
     if server is not None:
         server.join(max(0.0, deadline - time.monotonic()) + 10)
+        if result["odd"]:
+            _record(list(result["odd"][0]), result["odd"][1])
+            return _fail(me, result["odd"][1])
         if result["missing"]:
             text = (f"{', '.join(result['missing'])} did not reach the head {head}:{port} "
                     f"within {timeout:g} s (preflight_timeout)")

@@ -159,6 +159,7 @@ class RankConfig:
     train_hooks: list = field(default_factory=list)  # names in rank/train_hooks.HOOKS
     sample_every: float = 5  # the node sampler's interval (rank/sampler.py); 0: none
     idle_gpus: dict | None = None  # {"below": percent, "for": seconds}: stop on idle GPUs
+    health: dict | None = None  # the node check's health gate (rank/health.py); None: none
     extra: dict = field(default_factory=dict)
 
     @classmethod

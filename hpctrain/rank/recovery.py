@@ -1,9 +1,10 @@
 """After a failure: which nodes it blames, whether a requeue can help, which nodes to leave out.
 
-A job that failed because of a node — the preflight could not reach the head from it, a hang
-whose stuck ranks sit on it (and not on every node), or a rank that died of an error of the node
-rather than of the program (a GPU's ECC error, a lost device) — would fail again where it ran.
-The batch shell (`RUN_DIR/rank recover RUN_DIR MAX`) asks decide() after such a failure; a
+A job that failed because of a node — it failed its health gate (rank/health.py: a GPU missing,
+an ECC error, a pending row remap, another process's memory, an odd driver), the preflight could
+not reach the head from it, a hang whose stuck ranks sit on it (and not on every node), or a rank
+that died of an error of the node rather than of the program (a GPU's ECC error, a lost device) —
+would fail again where it ran. The batch shell (`RUN_DIR/rank recover RUN_DIR MAX`) asks decide() after such a failure; a
 requeue then leaves the node out (Slurm's ExcNodeList, templates/slurm/requeue.sh.j2), and
 `hpctrain submit --resume RUN` does the same (--exclude). Every node left out is recorded in
 status/excluded.json with the failure that named it; no run ever leaves out more than
@@ -40,12 +41,18 @@ def is_node_fault(failure: RankFailure) -> bool:
 def blamed_nodes(run_dir: str, reason: str, ranks: list[RankFailure]) -> list[str]:
     """The nodes a failure of `reason` blames (for status/failure.json)."""
     if reason == "preflight":
+        # The nodes that failed their health gate (each says so itself), then those the head
+        # blames (unreachable, or an odd driver).
+        from .health import failed_nodes
+        out = [v["node"] for v in failed_nodes(run_dir)]
         try:
             data = read_json(os.path.join(run_dir, "status", "preflight.json"))
         except (OSError, ValueError):
-            return []
+            return out
         nodes = data.get("nodes") if isinstance(data, dict) else None
-        return [n for n in nodes if isinstance(n, str)] if isinstance(nodes, list) else []
+        if isinstance(nodes, list):
+            out += [n for n in nodes if isinstance(n, str) and n not in out]
+        return out
     if reason == "ranks":
         first = first_failure(ranks)
         if first is not None and is_node_fault(first) and first.node not in ("", "?"):

@@ -228,6 +228,32 @@ class IdleGpus(_Strict):
         return int(self.for_[:-1]) * {"s": 1, "m": 60, "h": 3600}[self.for_[-1]]
 
 
+class Health(_Strict):
+    """Each node's health gate before training (rank/health.py), read from nvidia-smi in the
+    node check of the launch; a node that fails it is named and left out at the requeue."""
+    enabled: Annotated[bool | None, Meta(description=(
+            "check each node's GPUs before the ranks start; null: on for multi-node jobs "
+            "that ask for GPUs"))] = None
+    gpus: Annotated[bool, Meta(description=(
+            "the GPUs the job asks for (resources.gpus_per_node) are visible and "
+            "nvidia-smi answers"))] = True
+    ecc: Annotated[bool, Meta(description=(
+            "no uncorrected volatile ECC error on any of them"))] = True
+    row_remap: Annotated[bool, Meta(description=(
+            "no row remap pending or failed (Ampere and later)"))] = True
+    retired_pages: Annotated[bool, Meta(description=(
+            "no page retirement pending (GPUs before Ampere)"))] = True
+    foreign_memory_mib: Annotated[NonNeg | None, Meta(description=(
+            "a GPU holding more MiB than this before the ranks start is taken by "
+            "another process; null: not checked"))] = 1024
+    same_driver: Annotated[bool, Meta(description=(
+            "every node runs the same NVIDIA driver version; the odd node is "
+            "named"))] = True
+    timeout: Annotated[Seconds, Meta(description=(
+            "seconds one nvidia-smi query may take before the node counts as "
+            "unhealthy"))] = 30
+
+
 class JobSpec(_Strict):
     name: Annotated[Name, Meta(description=(
             "the run's name, [A-Za-z0-9_.-]+; runs go to runs/<name>/<run id>/"))]
@@ -298,6 +324,9 @@ class JobSpec(_Strict):
     idle_gpus: Annotated[IdleGpus | None, Meta(description=(
             "stop the run (save, end, no requeue) when all its GPUs stay below a "
             "utilization for a window; null: never"))] = None
+    health: Annotated[Health, Meta(description=(
+            "each node's GPU health gate before training; the site's health: "
+            "section first"))] = field(default_factory=Health)
 
 
 class HeadAddress(_Strict):
@@ -418,6 +447,9 @@ class SiteProfile(_Strict):
     defaults: Annotated[dict[str, Any], Meta(description=(
             "any job-file keys every job on this site starts from (site < job < "
             "--set)"))] = {}
+    health: Annotated[Health, Meta(description=(
+            "the nodes' health gate for every job here; a job's health: keys "
+            "override these"))] = field(default_factory=Health)
     # scheduler ssh (backends/ssh/backend.py): the hosts, how to reach them, how they see the run.
     # hosts: a Slurm-style list ("ws[1-4]"), a YAML list, or a hostfile (a path: it holds a "/").
     hosts: Annotated[Union[str, list[str], None], Meta(description=(

@@ -266,6 +266,8 @@ LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
 # --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
+# First each node's health gate (rank/health.py): its GPUs, read from nvidia-smi; a node that
+# fails it is named with the GPU and the reason, and the requeue leaves it out.
 # Without it, a node that cannot reach the head makes torchrun wait its join_timeout and the job
 # hang until the time limit; here the job stops within 60 s and names the node.
 # A cancel or preemption during the setup above: no preflight, no launch.
@@ -273,7 +275,7 @@ LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per
 export HPCTRAIN_NODES
 HPCTRAIN_NODES=$(echo "$NODELIST" | paste -sd, -)
 # In the launch step itself, before torchrun on each node: launch.sh.j2 reads the verdict.
-rm -f "$RUN_DIR/status/preflight.json" "$RUN_DIR"/status/preflight-failed-*.txt
+rm -f "$RUN_DIR/status/preflight.json" "$RUN_DIR"/status/preflight-failed-*.txt "$RUN_DIR"/status/health/*.json
 log "preflight: $NNODES nodes must reach $HEAD:$PORT within 60 s (in the launch step)"
 [[ -z "$SIGNALLED" ]] || after_signal "$(job_view)"
 rm -f "$RUN_DIR"/status/stop-*.json  # an earlier attempt's

@@ -699,12 +699,14 @@ LAUNCH=(on_hosts --gather python "$RUN_DIR/rank" launch 60 --nnodes="$NNODES" --
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
 # --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
+# First each node's health gate (rank/health.py): its GPUs, read from nvidia-smi; a node that
+# fails it is named with the GPU and the reason, and the requeue leaves it out.
 # Without it, a node that cannot reach the head makes torchrun wait its join_timeout and the job
 # hang until the time limit; here the job stops within 60 s and names the node.
 export HPCTRAIN_NODES
 HPCTRAIN_NODES=$(echo "$NODELIST" | paste -sd, -)
 # In the launch step itself, before torchrun on each node: launch.sh.j2 reads the verdict.
-rm -f "$RUN_DIR/status/preflight.json" "$RUN_DIR"/status/preflight-failed-*.txt
+rm -f "$RUN_DIR/status/preflight.json" "$RUN_DIR"/status/preflight-failed-*.txt "$RUN_DIR"/status/health/*.json
 log "preflight: $NNODES nodes must reach $HEAD:$PORT within 60 s (in the launch step)"
 log "launch: ${LAUNCH[*]}"
 # In the background, so that signals reach this shell's traps while the ranks run.

@@ -267,12 +267,15 @@ LAUNCH=(srun --nodes="$NNODES" --ntasks="$(( NNODES * 4 ))" --ntasks-per-node=4 
   python "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
 # --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
+# First each node's health gate (rank/health.py): its GPUs, read from nvidia-smi; a node that
+# fails it is named with the GPU and the reason, and the requeue leaves it out.
 # Without it, a node that cannot reach the head makes torchrun wait its join_timeout and the job
 # hang until the time limit; here the job stops within 60 s and names the node.
 # A cancel or preemption during the setup above: no preflight, no launch.
 [[ -z "$SIGNALLED" ]] || after_signal "$(job_view)"
 export HPCTRAIN_NODES
 HPCTRAIN_NODES=$(echo "$NODELIST" | paste -sd, -)
+rm -f "$RUN_DIR"/status/health/*.json  # an earlier attempt's verdicts (rank/health.py)
 log "preflight: $NNODES nodes must reach $HEAD:$PORT within 60 s"
 PREFLIGHT_STATUS=0
 PREFLIGHT_OUT=$(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=1 \

@@ -1,0 +1,235 @@
+"""The health gate: is this node's GPU set fit to train on, read from `nvidia-smi` before the
+ranks start (issue 29). It runs inside the node check (rank/preflight.nodes), once per node.
+
+Checks (bootstrap.json's "health", from the job's and site's `health:` sections; each can be
+switched off there):
+
+- gpus: the GPUs the plan expects (resources.gpus_per_node) are visible; nvidia-smi answers
+  at all (a driver that does not, or a query that hangs past `timeout`, fails the node);
+- ecc: no uncorrected volatile ECC error on any of them;
+- retired_pages: no page retirement pending (GPUs before Ampere);
+- row_remap: no row remap pending and none failed (Ampere and later);
+- foreign_memory_mib: no GPU holds more memory than this before the job's ranks exist (another
+  process, a leftover of an earlier job);
+- same_driver: compared across nodes by the node barrier (preflight.py), not here.
+
+The verdict is written to status/health/NODE.json (what recovery.py blames a failure on, and
+what `status` shows), and returned. stdlib only: nvidia-smi's CSV output is parsed here.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+
+# The query whose real H100 output tests/fixtures/nvidia-smi/nvidia-smi-h100.txt holds.
+GPU_FIELDS = ("index,uuid,name,pci.bus_id,driver_version,memory.total,memory.used,"
+              "utilization.gpu,temperature.gpu,power.draw,ecc.errors.uncorrected.volatile.total,"
+              "retired_pages.pending,clocks_throttle_reasons.active")
+REMAP_FIELDS = ("gpu_bus_id,remapped_rows.correctable,remapped_rows.uncorrectable,"
+                "remapped_rows.pending,remapped_rows.failure")
+MAX_OUTPUT = 1 << 20  # bytes of nvidia-smi output read
+_NODE_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_NA = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "")
+
+DEFAULTS = {"gpus": True, "ecc": True, "retired_pages": True, "row_remap": True,
+            "foreign_memory_mib": 1024, "same_driver": True, "timeout": 30}
+
+
+def settings(run_dir: str) -> dict | None:
+    """bootstrap.json's "health" ({expected_gpus, checks...}), or None: no gate."""
+    from .records import read_json
+    try:
+        data = read_json(os.path.join(run_dir, "bootstrap.json"))
+    except (OSError, ValueError):
+        return None
+    health = data.get("health") if isinstance(data, dict) else None
+    if not isinstance(health, dict) or not isinstance(health.get("expected_gpus"), int):
+        return None
+    return {**DEFAULTS, **health}
+
+
+def _smi(args: list[str], timeout: float) -> tuple[int, str]:
+    """(exit status, output) of nvidia-smi ARGS; 124 when it did not answer in time."""
+    try:
+        proc = subprocess.run(["nvidia-smi", *args], stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 124, f"nvidia-smi did not answer within {timeout:g} s"
+    except OSError as exc:
+        return 127, f"nvidia-smi could not run: {exc}"
+    out = (proc.stdout[:MAX_OUTPUT] + proc.stderr[:4096]).decode("utf-8", "replace")
+    return proc.returncode, out
+
+
+def parse_gpus(text: str) -> list[dict]:
+    """The rows of the GPU query (csv, noheader, nounits) as dicts of GPU_FIELDS."""
+    names = GPU_FIELDS.split(",")
+    rows = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == len(names) and parts[0].isdigit():
+            rows.append(dict(zip(names, parts)))
+    return rows
+
+
+def parse_remaps(text: str) -> dict[str, dict]:
+    """The remapped-rows query (csv with its header) by bus id."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return {}
+    header = [h.strip() for h in lines[0].split(",")]
+    out = {}
+    for line in lines[1:]:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == len(header):
+            row = dict(zip(header, parts))
+            if row.get("gpu_bus_id"):
+                out[row["gpu_bus_id"].lower()] = row
+    return out
+
+
+def ours(rows: list[dict], visible: str | None) -> list[dict]:
+    """The job's GPUs among those nvidia-smi lists: CUDA_VISIBLE_DEVICES's, where it names
+    UUIDs, or indices of a node whose GPUs are not all the job's (no device cgroup)."""
+    if not visible:
+        return rows
+    items = [v.strip() for v in visible.split(",") if v.strip()]
+    if items and all(v.startswith(("GPU-", "MIG-")) for v in items):
+        return [r for r in rows if any(r["uuid"].startswith(v) for v in items)]
+    if items and all(v.isdigit() for v in items) and len(rows) > len(items):
+        return [r for r in rows if r["index"] in items]
+    return rows
+
+
+def _gpu(row: dict) -> str:
+    return f"GPU {row['index']} ({row['pci.bus_id']}, {row['uuid']})"
+
+
+def check_rows(rows: list[dict], remaps: dict[str, dict] | None, cfg: dict) -> list[dict]:
+    """The problems of these GPUs, each {gpu, uuid, check, message}."""
+    problems: list[dict] = []
+
+    def bad(row: dict | None, check: str, message: str) -> None:
+        problems.append({"gpu": int(row["index"]) if row else None,
+                         "uuid": row["uuid"] if row else None, "check": check,
+                         "message": f"{_gpu(row)}: {message}" if row else message})
+    expected = cfg["expected_gpus"]
+    if cfg.get("gpus") and len(rows) < expected:
+        # nvidia-smi numbers the GPUs it sees from 0: the bus ids tell which one is gone.
+        bad(None, "gpus", f"{len(rows)} of the {expected} GPUs the job expects are visible"
+            + (f" (bus ids {', '.join(r['pci.bus_id'] for r in rows)})" if rows else ""))
+    for row in rows:
+        ecc = row["ecc.errors.uncorrected.volatile.total"]
+        if cfg.get("ecc") and ecc not in _NA and ecc.isdigit() and int(ecc) > 0:
+            bad(row, "ecc", f"{ecc} uncorrected volatile ECC error(s)")
+        if cfg.get("retired_pages") and row["retired_pages.pending"].lower() == "yes":
+            bad(row, "retired_pages", "a page retirement is pending (reset the GPU)")
+        remap = (remaps or {}).get(row["pci.bus_id"].lower())
+        if cfg.get("row_remap") and remap:
+            if remap.get("remapped_rows.failure", "").lower() == "yes":
+                bad(row, "row_remap", "a row remap failed")
+            elif remap.get("remapped_rows.pending", "").lower() == "yes":
+                bad(row, "row_remap", "a row remap is pending (reset the GPU)")
+        limit = cfg.get("foreign_memory_mib")
+        used = row["memory.used"]
+        if limit is not None and used.isdigit() and int(used) > limit:
+            bad(row, "foreign_memory", f"{used} MiB in use before the job's ranks started "
+                f"(another process holds it; health.foreign_memory_mib: {limit})")
+    return problems
+
+
+def gate(cfg: dict, node: str) -> dict:
+    """This node's verdict: {node, ok, driver, gpus, problems, notes, seconds}."""
+    start = time.monotonic()
+    verdict: dict = {"node": node, "ok": True, "driver": None, "gpus": [], "problems": [],
+                     "notes": [], "time": time.time()}
+    if shutil.which("nvidia-smi") is None:
+        if cfg["expected_gpus"] > 0 and cfg.get("gpus"):
+            verdict["notes"].append("nvidia-smi is not on PATH: the GPUs were not checked")
+        verdict["seconds"] = time.monotonic() - start
+        return verdict
+    status, out = _smi([f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"],
+                       cfg["timeout"])
+    rows = parse_gpus(out) if status == 0 else []
+    if status != 0:
+        first = next((line.strip() for line in out.splitlines() if line.strip()), "")
+        verdict["problems"].append({"gpu": None, "uuid": None, "check": "gpus", "message":
+                                    f"nvidia-smi failed (status {status}): {first[:300]}"})
+    else:
+        rows = ours(rows, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        remaps = None
+        if cfg.get("row_remap") and rows:
+            code, text = _smi([f"--query-remapped-rows={REMAP_FIELDS}", "--format=csv"],
+                              cfg["timeout"])
+            if code == 0:
+                remaps = parse_remaps(text)
+            else:
+                verdict["notes"].append("no row-remap report (a GPU before Ampere?)")
+        verdict["problems"] = check_rows(rows, remaps, cfg)
+    drivers = sorted({r["driver_version"] for r in rows})
+    verdict["driver"] = drivers[0] if len(drivers) == 1 else (",".join(drivers) or None)
+    verdict["gpus"] = [{"index": int(r["index"]), "uuid": r["uuid"], "name": r["name"],
+                        "bus": r["pci.bus_id"]} for r in rows]
+    verdict["ok"] = not verdict["problems"]
+    verdict["seconds"] = round(time.monotonic() - start, 3)
+    return verdict
+
+
+def summary(verdict: dict) -> str:
+    """One line: the node and each problem."""
+    return (f"{verdict['node']} failed the health gate: "
+            + "; ".join(p["message"] for p in verdict["problems"]))
+
+
+def record_path(run_dir: str, node: str) -> str:
+    return os.path.join(run_dir, "status", "health", f"{_NODE_SAFE.sub('_', node)[:200]}.json")
+
+
+def record(run_dir: str, verdict: dict) -> None:
+    from .records import write_json
+    path = record_path(run_dir, verdict["node"])
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_json(path, verdict)
+    except OSError:
+        pass
+
+
+MAX_NODES = 4096  # node records read back
+
+
+def failed_nodes(run_dir: str) -> list[dict]:
+    """The verdicts of this attempt's nodes that failed (status/health/*.json), by node."""
+    from .records import read_json
+    directory = os.path.join(run_dir, "status", "health")
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))[:MAX_NODES]
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        try:
+            data = read_json(os.path.join(directory, name))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("ok") is False and isinstance(
+                data.get("node"), str) and isinstance(data.get("problems"), list):
+            out.append(data)
+    return out
+
+
+def odd_drivers(drivers: dict[str, str]) -> tuple[list[str], str] | None:
+    """(the nodes whose driver differs from the others', why) or None when all agree. The most
+    common version is the norm; on a tie, the first node's (the head's)."""
+    known = {n: d for n, d in drivers.items() if d}
+    versions = list(dict.fromkeys(known.values()))
+    if len(versions) < 2:
+        return None
+    norm = max(versions, key=lambda v: (sum(1 for d in known.values() if d == v),
+                                        -versions.index(v)))
+    odd = [n for n, d in known.items() if d != norm]
+    return odd, ("the nodes' NVIDIA drivers differ: " + ", ".join(
+        f"{n} {d}" for n, d in known.items() if d != norm) + f" (the others: {norm})")

@@ -1,0 +1,177 @@
+"""The health gate of issue 29, the rank side's logic (rank/health.py), on the real H100 bytes of
+tests/fixtures/nvidia-smi/ and on faults written into the same fields by the stand-in
+nvidia-smi (tests/fakes/nvidia-smi, loaded here as a module: no process starts)."""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from hpctrain.job.load import load_job
+from hpctrain.job.plan import make_plan
+from hpctrain.rank import health, preflight, recovery
+from hpctrain.rank.records import JobFailure, write_job_failure
+from tests.conftest import ROOT
+
+_loader = importlib.machinery.SourceFileLoader("fake_smi", str(ROOT / "tests/fakes/nvidia-smi"))
+_spec = importlib.util.spec_from_loader("fake_smi", _loader)
+FAKE = importlib.util.module_from_spec(_spec)
+_loader.exec_module(FAKE)
+
+CFG = {**health.DEFAULTS, "expected_gpus": 4}
+
+
+def rows(gpus=4, fault=""):
+    return health.parse_gpus("\n".join(FAKE.health_rows(gpus, FAKE.faults(fault))))
+
+
+def remaps(gpus=4, fault=""):
+    return health.parse_remaps("\n".join(FAKE.remap_rows(gpus, FAKE.faults(fault))))
+
+
+def problems(fault="", **cfg):
+    return health.check_rows(rows(4, fault), remaps(4, fault), {**CFG, **cfg})
+
+
+def test_the_real_h100_output_is_healthy():
+    (line,) = FAKE.recorded(f"--query-gpu={health.GPU_FIELDS} --format=csv,noheader,nounits")
+    (gpu,) = health.parse_gpus(line)  # the query the gate sends is the one recorded
+    assert gpu["uuid"] == "GPU-c1f2461c-ed11-f4b9-2868-865409eb3d5b"
+    assert gpu["driver_version"] == "580.159.04" and gpu["retired_pages.pending"] == "[N/A]"
+    remap = health.parse_remaps("\n".join(FAKE.recorded(
+        f"--query-remapped-rows={health.REMAP_FIELDS} --format=csv")))
+    assert remap["00000000:00:06.0"]["remapped_rows.pending"] == "No"
+    assert health.check_rows([gpu], remap, {**CFG, "expected_gpus": 1}) == []
+    assert problems() == []
+
+
+@pytest.mark.parametrize("fault, check, text", [
+    ("ecc:2:3", "ecc", "GPU 2 (00000000:00:08.0, GPU-c1f2461c-ed11-f4b9-2868-865409eb3d02): "
+     "3 uncorrected volatile ECC error(s)"),
+    ("retired:1", "retired_pages", "GPU 1 (00000000:00:07.0, "),
+    ("remap:3", "row_remap", "a row remap is pending"),
+    ("remapfail:0", "row_remap", "a row remap failed"),
+    ("memory:1:20480", "foreign_memory", "GPU 1 (00000000:00:07.0, GPU-c1f2461c-ed11-f4b9-2868-"
+     "865409eb3d01): 20480 MiB in use before the job's ranks started"),
+    ("missing:2", "gpus", "3 of the 4 GPUs the job expects are visible (bus ids "
+     "00000000:00:06.0, 00000000:00:07.0, 00000000:00:09.0)"),
+])
+def test_each_fault_is_named_with_its_gpu_and_reason_and_can_be_switched_off(fault, check, text):
+    (got,) = problems(fault)
+    assert got["check"] == check and text in got["message"], got
+    option = {"foreign_memory": ("foreign_memory_mib", None)}.get(check, (check, False))
+    assert problems(fault, **dict([option])) == []
+
+
+def test_memory_below_the_threshold_is_not_foreign():
+    assert problems("memory:0:1024") == []
+    assert problems("memory:0:1025")[0]["gpu"] == 0
+
+
+def test_only_the_jobs_gpus_are_checked():
+    all_four = rows(4, "ecc:3:1")
+    ids = [r["uuid"] for r in all_four]
+    assert health.ours(all_four, f"{ids[0]},{ids[1]}") == all_four[:2]
+    assert health.ours(all_four, "0,1") == all_four[:2]  # no device cgroup: indices of the node's
+    assert health.ours(all_four[:2], "2,3") == all_four[:2]  # a cgroup: nvidia-smi sees ours only
+    assert health.ours(all_four, None) == all_four
+
+
+def test_the_gate_reads_nvidia_smi_and_fails_when_it_fails(monkeypatch):
+    answers = {}
+    monkeypatch.setattr(health.shutil, "which", lambda name: "/bin/" + name)
+    monkeypatch.setattr(health, "_smi", lambda args, timeout: answers[args[0].split("=")[0]])
+    answers["--query-gpu"] = (0, "\n".join(FAKE.health_rows(4, FAKE.faults("ecc:1:2"))))
+    answers["--query-remapped-rows"] = (0, "\n".join(FAKE.remap_rows(4, {})))
+    verdict = health.gate(CFG, "node2")
+    assert not verdict["ok"] and verdict["driver"] == "580.159.04" and len(verdict["gpus"]) == 4
+    assert health.summary(verdict).startswith("node2 failed the health gate: GPU 1 (")
+    answers["--query-gpu"] = (124, "nvidia-smi did not answer within 30 s")
+    (hung,) = health.gate(CFG, "node2")["problems"]
+    assert hung["message"] == "nvidia-smi failed (status 124): nvidia-smi did not answer within 30 s"
+    monkeypatch.setattr(health.shutil, "which", lambda name: None)
+    absent = health.gate(CFG, "node2")
+    assert absent["ok"] and absent["notes"] == ["nvidia-smi is not on PATH: the GPUs were not checked"]
+
+
+def test_the_odd_driver_is_the_minoritys_or_on_a_tie_not_the_heads():
+    assert health.odd_drivers({"a": "580.1", "b": "580.1"}) is None
+    odd, why = health.odd_drivers({"a": "580.1", "b": "570.2", "c": "580.1"})
+    assert odd == ["b"] and why == "the nodes' NVIDIA drivers differ: b 570.2 (the others: 580.1)"
+    assert health.odd_drivers({"a": "570.2", "b": "580.1"})[0] == ["b"]
+    assert health.odd_drivers({"a": "570.2", "b": ""}) is None  # b's gate did not read one
+
+
+def test_the_node_barrier_names_the_node_with_another_driver():
+    port = _free_port()
+    deadline = time.monotonic() + 10
+    result = {"ready": threading.Event(), "missing": None, "error": None, "odd": None}
+    server = threading.Thread(target=preflight.serve,
+                              args=(port, ["n1", "n2", "n3"], deadline, result))
+    server.start()
+    result["ready"].wait()
+    said = {}
+    joins = [threading.Thread(target=lambda n=n, d=d: said.__setitem__(
+        n, preflight.join("127.0.0.1", port, n, deadline, d)))
+        for n, d in (("n1", "580.159.04"), ("n2", "570.86.15"), ("n3", "580.159.04"))]
+    for t in joins:
+        t.start()
+    for t in (*joins, server):
+        t.join()
+    why = "the nodes' NVIDIA drivers differ: n2 570.86.15 (the others: 580.159.04)"
+    assert result["odd"] == (["n2"], why)
+    assert said == {n: f"fail: {why}" for n in ("n1", "n2", "n3")}
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_failed_gate_blames_its_node_and_the_requeue_leaves_it_out(tmp_path):
+    good = {"node": "node1", "ok": True, "problems": []}
+    bad = {"node": "node2", "ok": False, "problems": [{"gpu": 0, "check": "ecc", "message": "x"}]}
+    for verdict in (good, bad):
+        health.record(str(tmp_path), verdict)
+    os.mkfifo(tmp_path / "status" / "health" / "node3.json")  # never opened to wait on
+    (tmp_path / "status" / "health" / "node4.json").write_text("{not json")
+    assert [v["node"] for v in health.failed_nodes(str(tmp_path))] == ["node2"]
+    assert recovery.blamed_nodes(str(tmp_path), "preflight", []) == ["node2"]
+    write_job_failure(str(tmp_path), JobFailure(reason="preflight", exit_status=1, message=(
+        "preflight failed: node2 failed the health gate: x"), nodes=["node2"]))
+    requeue, nodes, why = recovery.decide(str(tmp_path), 2)
+    assert requeue and nodes == ["node2"] and "excluding node2" in why
+
+
+def _plan(tmp_path, site_health=None, **job):
+    site = {"name": "gpusite", "scheduler": "slurm", "limits": {"max_gpus_per_node": 8}}
+    if site_health is not None:
+        site["health"] = site_health
+    path = tmp_path / "gpusite.yaml"
+    path.write_text(json.dumps(site))
+    spec = {"name": "h", "script": "train.py", "resources": {"nodes": 2, "gpus_per_node": 4}}
+    spec.update(job)
+    return make_plan(load_job(spec, site=str(path)), str(tmp_path / "run"))
+
+
+def test_the_gate_is_on_for_multinode_gpu_jobs_and_site_and_job_tune_it(tmp_path):
+    gate = _plan(tmp_path).bootstrap["health"]
+    assert gate == {**health.DEFAULTS, "expected_gpus": 4}
+    tuned = _plan(tmp_path, {"foreign_memory_mib": 4096, "ecc": False},
+                  health={"ecc": True}).bootstrap["health"]
+    assert tuned["foreign_memory_mib"] == 4096 and tuned["ecc"] is True
+    assert _plan(tmp_path, {"enabled": False}).bootstrap["health"] is None
+    assert _plan(tmp_path, resources={"nodes": 2}).bootstrap["health"] is None  # no GPUs asked
+    assert _plan(tmp_path, resources={"nodes": 2}, health={"enabled": True}
+                 ).bootstrap["health"]["expected_gpus"] == 0
+    single = load_job({"name": "h", "script": "t.py", "health": {"enabled": True},
+                       "resources": {"gpus_per_node": 1}}, site=str(tmp_path / "gpusite.yaml"))
+    assert any("the health gate runs in the node check of multi-node jobs" in w
+               for w in single.warnings)
