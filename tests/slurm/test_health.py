@@ -1,0 +1,64 @@
+"""Issue 29 on the real local Slurm cluster: each node's health gate in the launch step. The
+nodes run the stand-in nvidia-smi (tests/fakes: the real H100 rows, four GPUs a node, faults
+written into the same fields); the test site asks for no GPUs from Slurm (its nodes have none)
+while the job plans four a node. One node of the first allocation reports an uncorrected ECC
+error on one GPU: its gate names it, the batch shell requeues the job without it (ExcNodeList),
+and the job completes on two healthy nodes; `status` names the node, the GPU and the reason."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from tests.conftest import ROOT, submitted, wait_for_job
+
+FAKES = ROOT / "tests" / "fakes"
+
+
+def _hostnames(nodelist: str) -> list[str]:
+    return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                          text=True, check=True).stdout.split()
+
+
+def _gpu_site(tmp_path) -> str:
+    """localcluster as a site whose nodes have four GPUs that Slurm does not schedule."""
+    site = (ROOT / "site_configs" / "localcluster.yaml").read_text()
+    site = site.replace("name: localcluster", "name: fakegpus")
+    site = site.replace("max_gpus_per_node: 0", "max_gpus_per_node: 4")
+    site += "sbatch_skip: [gpus-per-node]\n"
+    path = tmp_path / "fakegpus.yaml"
+    path.write_text(site)
+    return str(path)
+
+
+def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, cluster, tmp_path):
+    bad = tmp_path / "bad-node"
+    # The first allocation's second node gets the fault, and keeps it on every attempt.
+    setup = [f"export PATH={FAKES}:$PATH FAKE_SMI_GPUS=4",
+             f"[[ -s {bad} ]] || scontrol show hostnames \"$SLURM_JOB_NODELIST\" | tail -1 > {bad}",
+             f"export FAKE_SMI_FAULT_$(cat {bad})=ecc:2:3"]
+    job = tmp_path / "health.yaml"
+    job.write_text(json.dumps({
+        "name": "health", "python": sys.executable, "script": "tests/programs/worker.py",
+        "args": ["--seconds", 1], "setup": setup,
+        "resources": {"nodes": 2, "gpus_per_node": 4, "procs_per_node": 1}}))
+    job_id, run_dir = submitted(cli("submit", job, "--site", _gpu_site(tmp_path), cwd=ROOT).stdout)
+    info = wait_for_job(job_id, timeout=240)
+    log = "".join(p.read_text() for p in (run_dir / "logs").glob("slurm-*.out"))
+    assert info["JobState"] == "COMPLETED", log[-4000:]
+    victim = bad.read_text().strip()
+    assert info["Restarts"] == "1", info
+    assert victim in _hostnames(info["ExcNodeList"]) and victim not in _hostnames(info["NodeList"])
+    why = (f"{victim} failed the health gate: GPU 2 (00000000:00:08.0, "
+           "GPU-c1f2461c-ed11-f4b9-2868-865409eb3d02): 3 uncorrected volatile ECC error(s)")
+    assert f"hpctrain: failure: preflight failed: {why}" in log, log[-4000:]
+    assert re.search(rf"recovery: preflight failure, excluding {victim}: requeueing job {job_id} "
+                     rf"without {victim}", log), log[-4000:]
+    # Every healthy node said so, with the real fixture's driver.
+    assert re.search(r"hpctrain preflight: node\d: health gate passed: 4 GPU\(s\), driver "
+                     r"580\.159\.04", log), log[-4000:]
+    status = cli("status", str(run_dir)).stdout
+    assert f"excluded  {victim}: preflight: preflight failed: {why}" in status, status
+    results = [json.loads(p.read_text()) for p in (run_dir / "results").glob("rank-*.json")]
+    assert len(results) == 2 and victim not in {r["host"] for r in results}, results
