@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..backends import JobState, State
 from .progress import RankProgress, TrainingProgress
+from .startup import line as startup_line
 from .status import RunStatus
 
 if TYPE_CHECKING:  # only their fields are read here
@@ -132,6 +133,9 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
         lines.append(f"progress  {progress_phrase(own[0], ago=live)}")
     elif live and not s.tasks and s.state == State.RUNNING:
         lines.append("progress  no report yet (the ranks report at each iteration)")
+    first = startup_line(st.startup)
+    if first:
+        lines.append(f"startup   {first}")
     lines.append(f"shape     {st.nodes} node(s) x {st.ranks_per_node} rank(s)")
     if s.nodes:
         lines.append(f"nodes     {s.nodes}")

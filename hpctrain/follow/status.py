@@ -13,6 +13,7 @@ import msgspec
 from ..backends import JobState, State, for_run
 from ..backends.commands import SchedulerError
 from ..errors import HpctrainError
+from . import startup
 from .progress import TrainingProgress, of_run
 from ..rank.records import read_excluded, read_job_failure, read_rank_failures
 from ..runs.records import Run, add_to_index, being_submitted, indexed
@@ -40,6 +41,8 @@ class RunStatus(msgspec.Struct, kw_only=True):
     # Nodes the run's requeues and `submit --resume` leave out, and why (status/excluded.json).
     excluded: list[dict] = []
     jobs: list[str] = []  # earlier job ids of this run (before `submit --resume`)
+    # Time to first step, per attempt (follow/startup.py): the phases before the first step.
+    startup: list[dict] = []
 
     def to_json(self) -> dict:
         d = msgspec.to_builtins(self)
@@ -121,7 +124,8 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
                      waits_for=waits.get(run.path, []),
                      excluded=[{"node": e.node, "reason": e.reason, "message": e.message,
                                 "time": e.time} for e in read_excluded(str(run.path))],
-                     jobs=[str(j) for j in rec.jobs])
+                     jobs=[str(j) for j in rec.jobs],
+                     startup=startup.attempts(str(run.path), rec.submitted))
 
 
 # Slurm's reasons for holding a job, or ending it, over its dependencies.

@@ -70,7 +70,7 @@ def main(args: list[str]) -> int:
         _module("sampler").start(rest[1:])  # one per node, beside the ranks
         return _module("preflight").launch(float(rest[0]), rest[1:])
     if command == "preflight" and len(rest) == 1:
-        return _module("preflight").nodes(float(rest[0]))
+        return _module("preflight").step(float(rest[0]))
     if command == "container":
         return _module("container").main(rest)
     if command == "summarize" and len(rest) >= 3 and rest[2].lstrip("-").isdigit():

@@ -347,6 +347,9 @@ def record_identity(status_dir: str, me: RankIdentity) -> None:
         write_identity(status_dir, me)
     except OSError:
         pass
+    if me.rank == 0:  # the rendezvous is over (rank/phases.py)
+        from . import phases
+        phases.mark("rank-0.json", {"rank_start": me.started})
 
 
 def summarize(run_dir: str, reason: str, status: int, message: str = "") -> int:

@@ -34,7 +34,13 @@ from .records import (RankConfig, RecordError, read_identities, read_json, read_
 
 def agent(torchrun_args: list[str]) -> int:
     """`python -m torch.distributed.run ARGS`, with the signal it is sent taken as an ending."""
+    import socket
+
+    from . import phases
+    began = time.time()
     from torch.distributed import run as torchrun
+    phases.mark(phases.node_file(os.environ.get("SLURMD_NODENAME") or socket.gethostname()),
+                {"launch": began, "imported": time.time()})
     return run_agent(torchrun.main, torchrun_args)
 
 

@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 
-from . import health
+from . import health, phases
 
 _DRIVER = re.compile(r"[^0-9A-Za-z.,-]")  # what a node may say of its driver version
 
@@ -179,8 +179,9 @@ def _health_gate(me: str) -> tuple[dict | None, str]:
     return verdict, (verdict["driver"] or "") if cfg.get("same_driver") else ""
 
 
-def nodes(timeout: float) -> int:
-    """The node barrier (once per node); returns this node's exit status."""
+def nodes(timeout: float, marks: dict | None = None) -> int:
+    """The node barrier (once per node); returns this node's exit status. `marks` gets when
+    the check passed and the health gate's seconds (rank/phases.py)."""
     env = os.environ
     head, port = env["HPCTRAIN_HEAD"], int(env["HPCTRAIN_PORT"])
     expected = [n for n in env.get("HPCTRAIN_NODES", "").split(",") if n]
@@ -217,7 +218,22 @@ def nodes(timeout: float) -> int:
         _say(f"all {len(expected)} nodes reached {head}:{port} in "
              f"{time.monotonic() - start:.2f} s")
         _record([], "passed")
+    if marks is not None:
+        marks["checked"] = time.time()
+        if verdict is not None:
+            marks["health_s"] = verdict["seconds"]
     return 0
+
+
+def step(timeout: float) -> int:
+    """The node check as a step of its own (the tasks launcher: `rank preflight`), before the
+    batch shell's set-up is over: of its marks, only the health gate's seconds are kept."""
+    marks: dict = {}
+    status = nodes(timeout, marks)
+    if status == 0 and "health_s" in marks:
+        phases.mark(phases.node_file(os.environ.get("SLURMD_NODENAME") or socket.gethostname()),
+                    {"health_s": marks["health_s"]})
+    return status
 
 
 def launch(timeout: float, torchrun_args: list[str]) -> int:
@@ -228,15 +244,19 @@ def launch(timeout: float, torchrun_args: list[str]) -> int:
     agent binds that port. When it fails, no torchrun starts: the node says why and exits 1.
     A node other than the head waits a few seconds first, so that the head, whose deadline is
     the same, names every missing node before the step's first failure ends the others."""
+    marks = {"launch": time.time()}
     outcome: list[int] = []
-    check = threading.Thread(target=lambda: outcome.append(nodes(timeout)), daemon=True)
+    check = threading.Thread(target=lambda: outcome.append(nodes(timeout, marks)), daemon=True)
     check.start()
     from torch.distributed import run as torchrun  # overlapped with the check
+    marks["imported"] = time.time()
     check.join()
     if not outcome or outcome[0] != 0:
         if not _is_head():
             time.sleep(5)
         return 1
+    me = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    phases.mark(phases.node_file(me), marks)
     # As `python -m torch.distributed.run ARGS` would (its errors, its exit status), a signal
     # sent to it taken as an ending (rank/ending.py: one line, 128+N, no traceback).
     from .ending import run_agent

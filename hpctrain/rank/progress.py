@@ -38,6 +38,9 @@ def report(step: int, **metrics: float) -> None:
         if _state["first"] is None:
             _state["first"], _state["first_step"] = now, step
             atexit.register(_flush)
+            if os.environ.get("HPCTRAIN_RANK", os.environ.get("RANK", "0")) == "0":
+                from .phases import mark  # the library's first iteration (rank/phases.py)
+                mark("rank-0.json", {"first_step": now})
         elif now - _state["last_write"] < MIN_INTERVAL:
             _state["pending"] = (step, metrics, now)
             if _state["timer"] is None:

@@ -76,6 +76,7 @@ stopped_exit() {  # STATUS
 }
 
 # --- environment ----------------------------------------------------------------------------
+export HPCTRAIN_STARTED=${EPOCHREALTIME:-$(date +%s.%N)}  # this attempt's start (rank/phases.py)
 archive_failure
 # The scheduler hands the submitting shell's environment to the job: a shell that ran torchrun,
 # a JAX job or an earlier hpctrain rank would give every rank here a stale identity. Start clean.
@@ -108,6 +109,12 @@ export HPCTRAIN_HEAD=localhost
 # --- launch ---------------------------------------------------------------------------------
 LAUNCH=(python "$RUN_DIR/rank" agent --standalone --nnodes=1 --nproc-per-node=2 --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
+# This attempt's start and the end of its set-up, for where its minutes before the first step go
+# (rank/phases.py; the nodes and rank 0 add theirs).
+PHASES="$RUN_DIR/status/phases/${HPCTRAIN_JOB_ID:-0}-${HPCTRAIN_ATTEMPT:-0}"
+if mkdir -p "$PHASES"; then
+  printf '{"started": "%s", "setup": "%s"}\n' "$HPCTRAIN_STARTED" "${EPOCHREALTIME:-$(date +%s.%N)}" >"$PHASES/shell.json" || true
+fi
 log "launch: ${LAUNCH[*]}"
 # In the background, so that signals reach this shell's traps while the ranks run.
 "${LAUNCH[@]}" &

@@ -190,6 +190,7 @@ after_signal() {  # VIEW
 }
 
 # --- environment ----------------------------------------------------------------------------
+export HPCTRAIN_STARTED=${EPOCHREALTIME:-$(date +%s.%N)}  # this attempt's start (rank/phases.py)
 archive_failure
 # The scheduler hands the submitting shell's environment to the job: a shell that ran torchrun,
 # a JAX job or an earlier hpctrain rank would give every rank here a stale identity. Start clean.
@@ -241,6 +242,7 @@ export HPCTRAIN_LIBRARY=skrl_jax
 # --- nodes (Slurm) --------------------------------------------------------------------------
 NNODES=2
 export HPCTRAIN_JOB_ID=$SLURM_JOB_ID
+export HPCTRAIN_ATTEMPT=${SLURM_RESTART_COUNT:-0}  # each requeue starts a new attempt
 [[ "${SLURM_JOB_NUM_NODES:-}" == "$NNODES" ]] || die "the allocation has ${SLURM_JOB_NUM_NODES:-?} node(s), the job was planned for $NNODES: render it again with --set resources.nodes=N instead of overriding -N"
 # The head is the first host of the job's own node list (never the submit host, never a guess).
 NODELIST=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>&1) || die "cannot expand SLURM_JOB_NODELIST='${SLURM_JOB_NODELIST:-}': $NODELIST"
@@ -289,6 +291,12 @@ if (( PREFLIGHT_STATUS != 0 )); then
 fi
 [[ -z "$SIGNALLED" ]] || after_signal "$(job_view)"
 rm -f "$RUN_DIR"/status/stop-*.json  # an earlier attempt's
+# This attempt's start and the end of its set-up, for where its minutes before the first step go
+# (rank/phases.py; the nodes and rank 0 add theirs).
+PHASES="$RUN_DIR/status/phases/${HPCTRAIN_JOB_ID:-0}-${HPCTRAIN_ATTEMPT:-0}"
+if mkdir -p "$PHASES"; then
+  printf '{"started": "%s", "setup": "%s"}\n' "$HPCTRAIN_STARTED" "${EPOCHREALTIME:-$(date +%s.%N)}" >"$PHASES/shell.json" || true
+fi
 log "launch: ${LAUNCH[*]}"
 # In the background, so that signals reach this shell's traps while the ranks run.
 "${LAUNCH[@]}" &

@@ -2,7 +2,8 @@
 
 Each rank prints numbered lines for --seconds, records what it saw in
 $HPCTRAIN_RUN_DIR/results/rank-R.json (start/end times, seed, port, the LR env value, the task
-id), and raises on --fail-rank R, so a test can trace a failure to its rank.
+id), and raises on --fail-rank R, so a test can trace a failure to its rank. --report: each
+step is reported to hpctrain as a training's iteration is.
 """
 import argparse
 import json
@@ -16,12 +17,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=0.0)
     parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--report", action="store_true", help="report each step to hpctrain")
     args = parser.parse_args()
     rank = int(os.environ.get("RANK", "0"))
     start = time.time()
     steps = max(1, int(args.seconds / 0.5))
     for i in range(steps):
         print(f"step {i} of rank {rank}", flush=True)
+        if args.report:
+            import hpctrain_progress  # the bootstrap provides it, as to a library's hooks
+            hpctrain_progress.report(i + 1)
         time.sleep(args.seconds / steps)
     if rank == args.fail_rank:
         raise RuntimeError(f"deliberate failure on rank {rank}")

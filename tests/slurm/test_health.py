@@ -41,7 +41,7 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
     job = tmp_path / "health.yaml"
     job.write_text(json.dumps({
         "name": "health", "python": sys.executable, "script": "tests/programs/worker.py",
-        "args": ["--seconds", 1], "setup": setup,
+        "args": ["--seconds", 1, "--report"], "setup": setup,
         "resources": {"nodes": 2, "gpus_per_node": 4, "procs_per_node": 1}}))
     job_id, run_dir = submitted(cli("submit", job, "--site", _gpu_site(tmp_path), cwd=ROOT).stdout)
     info = wait_for_job(job_id, timeout=240)
@@ -62,3 +62,16 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
     assert f"excluded  {victim}: preflight: preflight failed: {why}" in status, status
     results = [json.loads(p.read_text()) for p in (run_dir / "results").glob("rank-*.json")]
     assert len(results) == 2 and victim not in {r["host"] for r in results}, results
+
+    # Time to first step, per attempt: the failed one got as far as its node check; the
+    # second has every phase, and `status` says where its seconds went.
+    first, second = json.loads(cli("status", str(run_dir), "--json").stdout)["startup"]
+    assert (first["attempt"], second["attempt"]) == (0, 1) and first["first_step_s"] is None
+    assert first["queued_s"] >= 0 and first["phases"]["setup"] is not None
+    assert second["nodes"] == 2 and 0 < second["health_gate_s"] < second["first_step_s"]
+    assert all(second["phases"][p] is not None for p in
+               ("setup", "imports", "rendezvous", "library")), second
+    assert abs(sum(v for v in second["phases"].values() if v) - second["first_step_s"]) < 0.01
+    assert re.search(r"^startup   first step [0-9.]+ s after start \(attempt 2\): setup [0-9.]+, "
+                     r"imports [0-9.]+, (health [0-9.]+, )?rendezvous [0-9.]+, library [0-9.]+$",
+                     status, re.M), status
