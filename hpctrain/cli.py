@@ -193,6 +193,30 @@ def _wait(args, run, notify: dict | None = None) -> int:
     return exit_status(st)
 
 
+def cmd_shell(args) -> int:
+    from .interactive import shell
+    return shell(_load(args))
+
+
+def cmd_launch(args) -> int:
+    from .interactive import launch
+    launch(args.run)
+    return 0
+
+
+def cmd_attach(args) -> int:
+    from .follow.attach import attach, stacks
+    if args.stacks:
+        if args.node is not None or args.rank is not None:
+            raise HpctrainError("--stacks prints every rank's stack: no --node or --rank with it",
+                                fix=f"hpctrain attach {args.run} --stacks")
+        for line in stacks(args.run):
+            print(line, flush=True)
+        return 0
+    attach(args.run, node=args.node, rank=args.rank)
+    return 0
+
+
 def cmd_site_detect(args) -> int:
     import shlex
     from pathlib import Path
@@ -335,6 +359,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --wait: send the run's events (its notify: section) from this "
                    "machine, for compute nodes that cannot reach the webhook")
     p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("shell", help="an interactive allocation with the job's resources and a "
+                       "shell on its first node with the job's environment; `hpctrain launch` in "
+                       "it runs the job's launch")
+    p.add_argument("job", help="the job file (job.yaml)")
+    p.add_argument("--site", help="site profile name or file (wins over the job's own 'site')")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a job value, e.g. --set resources.nodes=2 (repeatable)")
+    p.set_defaults(func=cmd_shell, after=None)
+
+    p = sub.add_parser("launch", help="in `hpctrain shell`: run the job's launch across the "
+                       "allocation (one attempt in its run directory each time)")
+    p.add_argument("run", nargs="?", help="the shell's run (default: $HPCTRAIN_RUN_DIR, which "
+                   "the shell sets)")
+    p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("attach", help="a shell on a running job's node, beside its ranks; "
+                       "--stacks: every rank's Python stack now, the job left running")
+    p.add_argument("run", help="run id, run directory or Slurm job id")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--node", help="this node of the job (default: its first)")
+    which.add_argument("--rank", type=int, help="the node where this rank runs")
+    p.add_argument("--stacks", action="store_true",
+                   help="print every rank's Python stack (the hang watcher's dump: SIGQUIT, "
+                   "faulthandler) instead of opening a shell")
+    p.set_defaults(func=cmd_attach)
 
     p = sub.add_parser("site", help="site profiles: `site detect NAME` writes one from what the "
                        "cluster says")

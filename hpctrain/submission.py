@@ -6,6 +6,7 @@ the Python API (hpctrain.submit, hpctrain.submit_function, hpctrain.render) all 
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 from pathlib import Path
@@ -255,6 +256,27 @@ def _record(prep: Prepared) -> dict:
     return rec
 
 
+@contextlib.contextmanager
+def write_run(prep: Prepared, source=None, extra: dict | None = None):
+    """The run directory of a prepared submission, written, recorded and indexed before anything
+    starts (a submit killed at any later instant leaves a run that list/status/cancel find;
+    status/_adopted finds its job, if any), held while the block runs and removed if it fails.
+    `source`: the code snapshot's listing (snapshot_source); `extra`: more run.json extra keys."""
+    from .rank.records import RunRecord
+    with creating(prep.mirror or prep.run_dir) as run:
+        record = _record(prep)
+        record["extra"].update(extra or {})
+        if source is not None:
+            record["snapshot"] = source.record(run.path)
+        RunRecord(**record).save(str(run.path / "run.json"))
+        add_to_index(run)
+        if source is not None:
+            from .runs.snapshot import copy
+            copy(source, run.path)
+        _write_job_dir(prep, run.path)
+        yield run
+
+
 def submit_prepared(prep: Prepared, source=None, warned: list[str] | None = None) -> Run:
     """Write the run directory and submit. On any failure nothing is left behind: the directory
     is removed and a job that was already queued is cancelled. `source`: the snapshot's
@@ -262,7 +284,6 @@ def submit_prepared(prep: Prepared, source=None, warned: list[str] | None = None
     warnings when the caller already asked and showed them (else they go to warnings.warn)."""
     from .job.chains import check_live
     from .job.checks import check_local_gpus, check_secrets
-    from .rank.records import RunRecord
     check_secrets(prep.job)
     if backend_class(prep.backend).runs_here:
         check_local_gpus(prep.job)
@@ -274,18 +295,7 @@ def submit_prepared(prep: Prepared, source=None, warned: list[str] | None = None
     if source is None:
         source = snapshot_source(prep)  # before anything is written: too big is refused here
     chosen = prep.transport.backend(backend(prep.backend), prep.run_dir)
-    with creating(prep.mirror or prep.run_dir) as run:
-        # Recorded and indexed before anything starts: a submit killed at any later instant
-        # leaves a run that list/status/cancel find (status/_adopted finds its job, if any).
-        record = _record(prep)
-        if source is not None:
-            record["snapshot"] = source.record(run.path)
-        RunRecord(**record).save(str(run.path / "run.json"))
-        add_to_index(run)
-        if source is not None:
-            from .runs.snapshot import copy
-            copy(source, run.path)
-        _write_job_dir(prep, run.path)
+    with write_run(prep, source) as run:
         job_id = chosen.submit(run, prep)
         try:
             run.update(job_id=job_id, state="SUBMITTED",

@@ -139,6 +139,39 @@ class Backend(abc.ABC):
         """Plain values only this scheduler's templates use: LaunchPlan.scheduler."""
         return {}
 
+    # Interactive use (hpctrain/interactive.py: `hpctrain shell` and `launch`; follow/attach.py:
+    # `attach`). shell_roots: the templates of this scheduler's folder that render the shell's
+    # rcfile and its launch (None: the scheduler has no interactive allocation).
+    shell_roots: ClassVar[tuple[str, str] | None] = None
+
+    def shell_command(self, plan, rcfile: Path, record: Path) -> list[str]:
+        """The command that gets an allocation with the plan's resources and directives and
+        runs `bash --rcfile RCFILE -i` on its first node, having written the allocation's id to
+        RECORD; it releases the allocation when the shell ends or the command is hung up."""
+        raise self._no_interactive("hpctrain shell")
+
+    def inside(self, job_id: str) -> bool:
+        """Whether this process runs inside that job's allocation (`hpctrain launch`)."""
+        return False
+
+    def attach_command(self, run: Run, node: str) -> list[str]:
+        """An interactive shell on that node of the run's running job, beside its ranks."""
+        raise self._no_interactive("hpctrain attach")
+
+    def job_nodes(self, run: Run) -> list[str]:
+        """The nodes the run's job runs on now, first node first ([] when it runs nowhere)."""
+        raise self._no_interactive("hpctrain attach")
+
+    def on_nodes_command(self, run: Run, command: list[str]) -> list[str]:
+        """`command` once on every node of the run's running job, beside its ranks."""
+        raise self._no_interactive("hpctrain attach --stacks")
+
+    def _no_interactive(self, what: str):
+        from ..errors import HpctrainError
+        return HpctrainError(f"{what}: the {self.name} backend has no interactive allocation",
+                             fix="use a site whose scheduler is slurm (hpctrain shell JOB --site "
+                             "SITE), or submit the job: hpctrain submit JOB")
+
     def fetch(self, run: Run) -> None:
         """Bring the run's files here where its nodes keep them (`logs` calls this first)."""
 

@@ -10,6 +10,7 @@
     recover RUN_DIR MAX_EXCLUDED           after a failure: "requeue NODES|-" or "end", and why
     watch RUN_DIR TIMEOUT                  the hang watcher (exits 3 on a hang)
     kill-ranks RUN_DIR                     end this node's ranks of the run (after a hang)
+    stacks RUN_DIR                         this node's ranks dump their stacks to their logs (attach --stacks)
     agent TORCHRUN-ARGS...                 torchrun's agent; a signal sent to it is an ending (ending.py)
     stopped RUN_DIR SIG STATUS [STARTED]   status/stopped.json after a signal ended the launch
     end-ranks RUN_DIR [GRACE]              end this node's ranks that outlived the launch
@@ -48,7 +49,7 @@ def _module(name: str):
 
 USAGE = ("usage: rank run CONFIG.json | launch TIMEOUT TORCHRUN-ARGS... | preflight TIMEOUT | summarize RUN_DIR REASON STATUS "
          "[MESSAGE] | probe ... | archive RUN_DIR | recover RUN_DIR MAX_EXCLUDED | "
-         "watch RUN_DIR TIMEOUT | kill-ranks RUN_DIR | container RUNTIME... -- RUN-ARGS... | "
+         "watch RUN_DIR TIMEOUT | kill-ranks RUN_DIR | stacks RUN_DIR | container RUNTIME... -- RUN-ARGS... | "
          "agent TORCHRUN-ARGS... | stopped RUN_DIR SIG STATUS [STARTED] | end-ranks RUN_DIR [GRACE] | "
          "sample RUN_DIR PARENT NNODES | idle-stopped RUN_DIR STATUS [STARTED] | "
          "notify RUN_DIR VAR FORMAT EVENTS EVENT [DETAIL]")
@@ -86,6 +87,8 @@ def main(args: list[str]) -> int:
         return _module("watch").watch(rest[0], float(rest[1]))
     if command == "kill-ranks" and len(rest) == 1:
         return _module("watch").kill_ranks(rest[0])
+    if command == "stacks" and len(rest) == 1:
+        return _module("stacks").signal_ranks(rest[0])
     if command == "agent":
         _module("sampler").start(rest)
         return _module("ending").agent(rest)

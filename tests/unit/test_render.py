@@ -226,6 +226,30 @@ def test_shellcheck_clean(case, site_dir, home, tmp_path):
     assert proc.returncode == 0, proc.stdout
 
 
+# `hpctrain shell`'s rcfile and interactive launch (hpctrain/interactive.py), reviewed as the
+# batch scripts are: tests/golden/<case>.shell.sh and <case>.launch.sh.
+SHELL_CASES = ["cluster-2x2", "apptainer-2x4-gpus-secrets"]
+
+
+@pytest.mark.parametrize("case", SHELL_CASES)
+def test_shell_scripts_match_golden_and_pass_shellcheck(case, site_dir, home, tmp_path,
+                                                        update_golden, monkeypatch):
+    from hpctrain.interactive import prepare_shell
+    monkeypatch.setenv("WANDB_API_KEY", "set where the shell is opened")
+    _, rc, launch = prepare_shell(job_for(*MATRIX[case]), "RUN_ID")
+    for kind, text in (("shell", rc), ("launch", launch)):
+        text = text.replace(str(site_dir), WORKDIR)
+        path = GOLDEN / f"{case}.{kind}.sh"
+        if update_golden:
+            path.write_text(text)
+        assert text == path.read_text(), f"{path} differs: run pytest --update-golden and review"
+        (tmp_path / path.name).write_text(text)
+    proc = subprocess.run(["shellcheck", "--severity=style", "--shell=bash",
+                           *(str(tmp_path / f"{case}.{k}.sh") for k in ("shell", "launch"))],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
 PACKAGED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "site_configs").glob("*.yaml"))
 
 

@@ -57,6 +57,29 @@ class SlurmBackend(Backend):
         return ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
                 f'--ntasks-per-node=1 --cpus-per-task=1 {command}')
 
+    # `hpctrain shell`, `launch` and `attach` (interactive.py).
+    shell_roots = ("shell.sh.j2", "launch.sh.j2")
+
+    def shell_command(self, plan, rcfile: Path, record: Path) -> list[str]:
+        from .interactive import shell_command
+        return shell_command(plan, rcfile, record)
+
+    def inside(self, job_id: str) -> bool:
+        from .interactive import inside
+        return inside(job_id)
+
+    def attach_command(self, run: Run, node: str) -> list[str]:
+        from .interactive import attach_command
+        return attach_command(str(run.record.job_id), node, str(run.path))
+
+    def job_nodes(self, run: Run) -> list[str]:
+        from .interactive import job_nodes
+        return job_nodes(str(run.record.job_id))
+
+    def on_nodes_command(self, run: Run, command: list[str]) -> list[str]:
+        from .interactive import on_nodes_command
+        return on_nodes_command(str(run.record.job_id), self.job_nodes(run), command)
+
     @classmethod
     def check_site(cls, site, doc) -> None:
         # Only a site that mentions a login node pays for importing the ssh side: every

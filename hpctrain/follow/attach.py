@@ -1,0 +1,150 @@
+"""`hpctrain attach RUN`: a shell on a running job's node, beside its ranks; `--stacks`: every
+rank's Python stack now, the job left running.
+
+The backend says how a command reaches a node of the running job (Slurm: srun --jobid
+--overlap). The stacks are the hang watcher's dump: SIGQUIT to each rank (rank/stacks.py, run on
+every node by the installed hpctrain's interpreter), on which the bootstrap's faulthandler writes
+every thread's stack to the rank's log; they are read from there. Logs and identities are the run
+directory's: data, shown (control characters escaped), never run.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from ..backends import for_run
+from ..errors import HpctrainError
+from ..runs.records import Run
+from ..runs.untrusted import NODE
+from .operate import resolve
+
+_HEADER = re.compile(r"(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+DUMP_WAIT_S = 20.0  # how long the ranks' logs may take to show their dumps
+
+
+def _running(ref: str):
+    run = resolve(ref)
+    rec = run.record
+    if rec.array_size:
+        raise HpctrainError(f"run {run.id} is a sweep: attach reaches one job",
+                            fix="attach to one task's run: hpctrain attach JOBID_TASK is not "
+                            "supported yet; use srun --jobid JOBID_TASK --overlap --pty bash")
+    if rec.extra.get("remote"):
+        raise HpctrainError(f"run {run.id} was submitted through a login host: attach does not "
+                            "reach through it yet", fix="run hpctrain attach on the login node")
+    if rec.job_id is None:
+        raise HpctrainError(f"run {run.id} has no job (yet)", fix=f"hpctrain status {run.id}")
+    chosen = for_run(run)
+    nodes = chosen.job_nodes(run)
+    if not nodes:
+        raise HpctrainError(f"run {run.id} (job {rec.job_id}) is not running: attach needs a "
+                            "running job", fix=f"hpctrain status {run.id}")
+    return run, chosen, nodes
+
+
+def _rank_node(run: Run, rank: int) -> str:
+    from ..rank.records import read_identities
+    found = [i for i in read_identities(str(run.path)) if i.rank == rank]
+    if not found:
+        raise HpctrainError(f"run {run.id} has no rank {rank} (yet)",
+                            fix=f"hpctrain status {run.id} --ranks shows its ranks")
+    return found[0].node
+
+
+def attach(ref: str, node: str | None = None, rank: int | None = None) -> None:
+    """Replace this process with a shell on the node (never returns)."""
+    run, chosen, nodes = _running(ref)
+    if rank is not None:
+        node = _rank_node(run, rank)
+    node = node or nodes[0]
+    if not NODE.fullmatch(node) or node not in nodes:
+        raise HpctrainError(f"{node[:60]!r} is not a node of run {run.id}'s job",
+                            fix=f"its nodes: {', '.join(nodes)}")
+    command = chosen.attach_command(run, node)
+    sys.stdout.flush()
+    os.execvp(command[0], command)
+
+
+def stacks(ref: str) -> Iterator[str]:
+    """Every rank's stack, as lines: a heading per rank, then its dump."""
+    from ..backends import commands
+    from ..rank.records import read_identities
+    run, chosen, nodes = _running(ref)
+    ranks = sorted((i for i in read_identities(str(run.path)) if i.node in nodes),
+                   key=lambda i: i.rank)
+    if not ranks:
+        raise HpctrainError(f"run {run.id} has no rank running yet",
+                            fix=f"wait for its ranks to start: hpctrain status {run.id} --ranks")
+    logs = {i.rank: run.path / "logs" / f"rank-{i.rank}.log" for i in ranks}
+    before = {r: _size(p) for r, p in logs.items()}
+    command = chosen.on_nodes_command(
+        run, [sys.executable, "-m", "hpctrain.rank", "stacks", str(run.path)])
+    try:
+        out = commands.run(command, timeout=60)
+    except commands.SchedulerError as exc:
+        raise HpctrainError(f"could not reach the nodes of run {run.id}: {exc.stderr or exc}",
+                            fix="check that the job still runs: hpctrain status " + run.id) from None
+    signalled = {int(m.group(1)) for m in re.finditer(r"hpctrain stacks: rank (\d+) ", out)}
+    dumps = _wait_for_dumps({r: logs[r] for r in signalled if r in logs}, before)
+    for ident in ranks:
+        yield f"--- rank {ident.rank} on {ident.node} (pid {ident.pid})"
+        if ident.rank not in signalled:
+            yield "    (not running on its node: no stack)"
+        elif not dumps.get(ident.rank):
+            yield f"    (no stack in {logs[ident.rank]} within {DUMP_WAIT_S:.0f} s)"
+        else:
+            yield from dumps[ident.rank]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _wait_for_dumps(logs: dict[int, Path], before: dict[int, int]) -> dict[int, list[str]]:
+    """Each rank's dump, once its log holds one and has stopped growing."""
+    dumps: dict[int, list[str]] = {}
+    last: dict[int, int] = {}
+    deadline = time.monotonic() + DUMP_WAIT_S
+    while len(dumps) < len(logs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        for rank, path in logs.items():
+            if rank in dumps:
+                continue
+            size = _size(path)
+            if size == last.get(rank) and size > before[rank]:
+                lines = _dump(_read_from(path, before[rank], size))
+                if lines:
+                    dumps[rank] = lines
+            last[rank] = size
+    return dumps
+
+
+def _read_from(path: Path, start: int, end: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(min(end - start, 1 << 20)).decode("utf-8", errors="replace")
+
+
+def _dump(text: str) -> list[str]:
+    """The faulthandler's lines in a stretch of a rank's log: from its first thread heading,
+    while the lines are headings, indented frames or blank."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if _HEADER.fullmatch(line)), None)
+    if start is None:
+        return []
+    out = []
+    for line in lines[start:]:
+        if not (_HEADER.fullmatch(line) or line.startswith("  ") or not line.strip()):
+            break
+        out.append(_UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", line))
+    while out and not out[-1].strip():
+        out.pop()
+    return out

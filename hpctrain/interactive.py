@@ -1,0 +1,144 @@
+"""`hpctrain shell` and `hpctrain launch`: the job's own launch in an interactive allocation.
+
+`shell` writes the run directory as `submit` does (job.yaml, the code snapshot, rank/,
+bootstrap.json, the batch script for reference) and beside it the shell's rcfile and the
+interactive launch, rendered from the scheduler's templates with the batch script's own parts
+(templates/slurm/shell.sh.j2, launch.sh.j2). Then the backend's allocation command runs in the
+foreground: an allocation with the job's resources and directives, and bash on its first node
+with the job's environment. `launch`, typed in that shell, runs the launch script: each time one
+attempt in the same run directory. Leaving the shell releases the allocation; so does a hang-up
+of the terminal, and this process ending in any way (its child gets SIGHUP from the kernel).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+
+from .backends import backend, backend_class
+from .errors import HpctrainError
+from .job.load import Job
+from .rendering.templates import render_plan
+from .runs.records import Run, find, write_atomic
+
+RCFILE = "shell.rc"  # the shell's rcfile in the run directory
+LAUNCH = "launch.sh"  # the interactive launch
+ALLOCATION = "status/allocation"  # the allocation's job id, written before the shell starts
+
+
+def prepare_shell(job: Job, run_id: str | None = None):
+    """(prepared submission, rcfile text, launch text) for an interactive allocation."""
+    from .job.checks import check_secrets
+    from .submission import prepare
+    if job.tasks:
+        raise HpctrainError("hpctrain shell runs one job, not a sweep", job.source,
+                            "pick one configuration: --set the swept key to one value")
+    check_secrets(job)
+    prep = prepare(job, run_id)
+    roots = backend_class(prep.backend).shell_roots
+    if roots is None:
+        raise backend(prep.backend)._no_interactive("hpctrain shell")
+    if prep.mirror is not None:
+        raise HpctrainError(f"hpctrain shell does not reach site '{job.site.name}' through its "
+                            "login host yet", job.source,
+                            "run hpctrain shell on the login node itself")
+    # An interactive allocation is not requeued and sends no events: the launch has neither.
+    plan = msgspec.structs.replace(prep.plan, preemption=None, notify=None)
+    return prep, render_plan(plan, [], roots[0]), render_plan(plan, [], roots[1])
+
+
+def shell(job: Job, say=print) -> int:
+    """Get the allocation and run the shell in it; the shell's exit status."""
+    from .runs.records import add_to_index
+    from .submission import snapshot_source, write_run
+    prep, rc_text, launch_text = prepare_shell(job)
+    chosen = backend(prep.backend)
+    source = snapshot_source(prep)
+    with write_run(prep, source, extra={"interactive": True}) as run:
+        write_atomic(run.path / RCFILE, rc_text, mode=0o644)
+        write_atomic(run.path / LAUNCH, launch_text, mode=0o755)
+    command = chosen.shell_command(prep.plan, run.path / RCFILE, run.path / ALLOCATION)
+    say(f"shell {prep.job.spec.name}  run {run.id}  on {prep.job.site.name}: waiting for the "
+        "allocation")
+    say(f"run directory: {run.path}")
+    sys.stdout.flush()
+    status = _foreground(command, lambda: _recorded(run, chosen))
+    job_id = _allocation(run)
+    if job_id is not None and run.record.job_id != job_id:
+        run.update(job_id=job_id, state="SUBMITTED")
+        add_to_index(run)
+    say(f"shell ended (status {status}); the allocation{f' {job_id}' if job_id else ''} is "
+        f"released. The run stays: hpctrain logs {run.id}")
+    return status
+
+
+def _foreground(command: list[str], tick) -> int:
+    """Run the allocation command with this terminal. Ctrl-C is the command's (salloc gives up
+    a pending request); TERM or HUP to this process is passed on as SIGHUP, on which salloc
+    releases the allocation; this process killed outright, the kernel sends the child SIGHUP
+    (PR_SET_PDEATHSIG). tick() runs every half second until the command ends."""
+    proc = subprocess.Popen(command, preexec_fn=_hang_up_with_parent)
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: proc.send_signal(signal.SIGHUP))
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                tick()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _hang_up_with_parent() -> None:
+    import ctypes
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGHUP)
+
+
+def _allocation(run: Run) -> str | None:
+    """The allocation's job id the shell command wrote (data: checked by the backend's pattern)."""
+    import re
+    try:
+        text = (run.path / ALLOCATION).read_text(errors="replace").strip()
+    except OSError:
+        return None
+    pattern = backend_class(run.record.backend).job_id_pattern
+    return text if re.fullmatch(pattern, text) else None
+
+
+def _recorded(run: Run, chosen) -> None:
+    """Once the allocation is granted: its job id in run.json and the index (status, attach)."""
+    from .runs.records import add_to_index
+    if run.record.job_id is None:
+        job_id = _allocation(run)
+        if job_id is not None:
+            run.update(job_id=job_id, state="SUBMITTED")
+            add_to_index(run)
+
+
+def launch(ref: str | None) -> None:
+    """`hpctrain launch` in the shell: run this allocation's launch script (never returns)."""
+    ref = ref or os.environ.get("HPCTRAIN_RUN_DIR")
+    if not ref:
+        raise HpctrainError("hpctrain launch runs in the shell of `hpctrain shell JOB`",
+                            fix="hpctrain shell JOB, then type hpctrain launch there")
+    run = find(ref)
+    if not run.record.extra.get("interactive") or not (run.path / LAUNCH).is_file():
+        raise HpctrainError(f"run {run.id} is not an interactive allocation's run",
+                            fix="hpctrain shell JOB, then type hpctrain launch there")
+    job_id = _allocation(run)
+    chosen = backend(run.record.backend)
+    if job_id is None or not chosen.inside(job_id):
+        raise HpctrainError(f"hpctrain launch runs inside run {run.id}'s allocation"
+                            + (f" (job {job_id})" if job_id else ""),
+                            fix="type it in the shell that hpctrain shell opened")
+    sys.stdout.flush()
+    os.execvp("bash", ["bash", str(run.path / LAUNCH)])
