@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from ..backends import JobState, State
+from ..rank.slow import describe as slow_text
 from .progress import RankProgress, TrainingProgress
 from .startup import line as startup_line
 from .status import RunStatus
@@ -164,6 +165,8 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
         lines.append(f"earlier   job(s) {', '.join(st.jobs)} (submit --resume)")
     if st.ended:
         lines.append(f"ended     {st.ended}")
+    for s in st.slow:
+        lines.append(f"slow      {slow_text(s)}")
     for e in st.excluded:
         lines.append(f"excluded  {e['node']}: {e['reason']}: {e['message'][:200]}")
     if ranks:

@@ -32,6 +32,7 @@ class RankProgress(msgspec.Struct, kw_only=True):
     time: float  # when the rank reported (epoch seconds)
     age_s: float  # seconds since then, when the status was taken
     attempt: int  # SLURM_RESTART_COUNT of the report
+    since: float = 0.0  # the rank's first report of that attempt: its rate's window starts there
 
 
 class TrainingProgress(msgspec.Struct, kw_only=True):
@@ -69,7 +70,8 @@ def summarize(reports: list[Progress], nodes: dict[int, str] | None = None,
     nodes = nodes or {}
     ranks = [RankProgress(rank=p.rank, node=nodes.get(p.rank), step=p.step, rate=p.rate,
                           metrics=dict(p.metrics), time=p.time, age_s=max(0.0, now - p.time),
-                          attempt=p.attempt) for p in sorted(reports, key=lambda p: p.rank)]
+                          attempt=p.attempt, since=p.since)
+             for p in sorted(reports, key=lambda p: p.rank)]
     attempt = max(r.attempt for r in ranks)
     current = [r for r in ranks if r.attempt == attempt]
     lead = current[0]

@@ -15,6 +15,7 @@ from ..backends.commands import SchedulerError
 from ..errors import HpctrainError
 from . import startup
 from .progress import TrainingProgress, of_run
+from ..rank import slow
 from ..rank.records import read_excluded, read_job_failure, read_rank_failures
 from ..runs.records import Run, add_to_index, being_submitted, indexed
 
@@ -43,6 +44,8 @@ class RunStatus(msgspec.Struct, kw_only=True):
     jobs: list[str] = []  # earlier job ids of this run (before `submit --resume`)
     # Time to first step, per attempt (follow/startup.py): the phases before the first step.
     startup: list[dict] = []
+    # Ranks running below the run's slow_rank_factor x the median rate (rank/slow.py), slowest first.
+    slow: list[dict] = []
 
     def to_json(self) -> dict:
         d = msgspec.to_builtins(self)
@@ -114,18 +117,26 @@ def _adopted(run: Run, states: dict) -> bool:
 def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
     rec = run.record
     failure = read_job_failure(str(run.path))
+    progress = of_run(str(run.path), rec.array_size)
     return RunStatus(run_id=run.id, name=rec.name, site=rec.site, backend=rec.backend,
                      job=str(rec.job_id), path=str(run.path), submitted=rec.submitted,
                      nodes=rec.nodes, ranks_per_node=rec.procs_per_node, state=state,
                      failures=[f.to_dict() for f in read_rank_failures(str(run.path))],
                      task_values=rec.task_values,
                      ended=f"{failure.reason}: {failure.message}" if failure else None,
-                     progress=of_run(str(run.path), rec.array_size),
+                     progress=progress, slow=_slow(str(run.path), progress),
                      waits_for=waits.get(run.path, []),
                      excluded=[{"node": e.node, "reason": e.reason, "message": e.message,
                                 "time": e.time} for e in read_excluded(str(run.path))],
                      jobs=[str(j) for j in rec.jobs],
                      startup=startup.attempts(str(run.path), rec.submitted))
+
+
+def _slow(run_dir: str, progress: list[TrainingProgress]) -> list[dict]:
+    """The run's own slow ranks, judged as the job judges them (rank/slow.py)."""
+    own = next((p for p in progress if p.task is None), None)
+    cfg = slow.settings(run_dir) if own else None
+    return slow.find(own.ranks, cfg["factor"], cfg["window"]) if cfg else []
 
 
 # Slurm's reasons for holding a job, or ending it, over its dependencies.

@@ -218,6 +218,9 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
         idle_gpus=({"below": spec.idle_gpus.below, "for": spec.idle_gpus.seconds}
                    if spec.idle_gpus and spec.sample_every else None),
         health=health_gate(spec, preflight),
+        slow_ranks=({"factor": spec.health.slow_rank_factor, "window": spec.health.slow_rank_window,
+                     "exclude": spec.health.exclude_slow_nodes}
+                    if spec.health.slow_rank_factor and spec.resources.nodes * ppn > 1 else None),
     )
     return LaunchPlan(
         name=spec.name, site=site.name, backend=site.scheduler, run_dir=run_dir,

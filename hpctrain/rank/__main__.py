@@ -8,6 +8,7 @@
     container RUNTIME... -- RUN-ARGS...    one task's Podman/Docker container, signals forwarded
     archive RUN_DIR                        move status/failure.json into status/failures.jsonl
     recover RUN_DIR MAX_EXCLUDED           after a failure: "requeue NODES|-" or "end", and why
+    slow RUN_DIR MAX_EXCLUDED              an attempt's end: its slow ranks named (slow.py), maybe excluded
     watch RUN_DIR TIMEOUT                  the hang watcher (exits 3 on a hang)
     kill-ranks RUN_DIR                     end this node's ranks of the run (after a hang)
     stacks RUN_DIR                         this node's ranks dump their stacks to their logs (attach --stacks)
@@ -48,7 +49,7 @@ def _module(name: str):
 
 
 USAGE = ("usage: rank run CONFIG.json | launch TIMEOUT TORCHRUN-ARGS... | preflight TIMEOUT | summarize RUN_DIR REASON STATUS "
-         "[MESSAGE] | probe ... | archive RUN_DIR | recover RUN_DIR MAX_EXCLUDED | "
+         "[MESSAGE] | probe ... | archive RUN_DIR | recover RUN_DIR MAX_EXCLUDED | slow RUN_DIR MAX_EXCLUDED | "
          "watch RUN_DIR TIMEOUT | kill-ranks RUN_DIR | stacks RUN_DIR | container RUNTIME... -- RUN-ARGS... | "
          "agent TORCHRUN-ARGS... | stopped RUN_DIR SIG STATUS [STARTED] | end-ranks RUN_DIR [GRACE] | "
          "sample RUN_DIR PARENT NNODES | idle-stopped RUN_DIR STATUS [STARTED] | "
@@ -81,6 +82,8 @@ def main(args: list[str]) -> int:
     if command == "archive" and len(rest) == 1:
         _module("records").archive_job_failure(rest[0])
         return 0
+    if command == "slow" and len(rest) == 2 and rest[1].isdigit():
+        return _module("slow").verdict(rest[0], int(rest[1]))
     if command == "recover" and len(rest) == 2 and rest[1].isdigit():
         return recover(rest[0], int(rest[1]))
     if command == "watch" and len(rest) == 2:

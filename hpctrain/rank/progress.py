@@ -76,6 +76,6 @@ def _write(run_dir: str, step: int, metrics: dict, now: float) -> None:
         write_progress(os.path.join(run_dir, "status"), Progress(
             rank=int(os.environ.get("HPCTRAIN_RANK", os.environ.get("RANK", "0"))), step=int(step),
             time=now, rate=rate, metrics=clean,
-            attempt=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)))
+            attempt=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0), since=_state["first"]))
     except OSError:
         pass  # progress is a report, never a reason for the training to fail

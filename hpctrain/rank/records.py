@@ -160,6 +160,7 @@ class RankConfig:
     sample_every: float = 5  # the node sampler's interval (rank/sampler.py); 0: none
     idle_gpus: dict | None = None  # {"below": percent, "for": seconds}: stop on idle GPUs
     health: dict | None = None  # the node check's health gate (rank/health.py); None: none
+    slow_ranks: dict | None = None  # {factor, window, exclude} (rank/slow.py); None: not judged
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -334,6 +335,7 @@ class Progress:
     rate: float | None = None  # steps per second since this attempt's first report
     metrics: dict = field(default_factory=dict)  # the newest values: reward, loss, ...
     attempt: int = 0  # SLURM_RESTART_COUNT when it reported (requeues start a new attempt)
+    since: float = 0.0  # this attempt's first report (epoch seconds): the rate's window
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:

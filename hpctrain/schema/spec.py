@@ -230,7 +230,8 @@ class IdleGpus(_Strict):
 
 class Health(_Strict):
     """Each node's health gate before training (rank/health.py), read from nvidia-smi in the
-    node check of the launch; a node that fails it is named and left out at the requeue."""
+    node check of the launch; a node that fails it is named and left out at the requeue. And
+    slow ranks, judged from their progress rates (rank/slow.py)."""
     enabled: Annotated[bool | None, Meta(description=(
             "check each node's GPUs before the ranks start; null: on for multi-node jobs "
             "that ask for GPUs"))] = None
@@ -252,6 +253,15 @@ class Health(_Strict):
     timeout: Annotated[Seconds, Meta(description=(
             "seconds one nvidia-smi query may take before the node counts as "
             "unhealthy"))] = 30
+    slow_rank_factor: Annotated[Annotated[float, Meta(gt=0, lt=1)] | None, Meta(description=(
+            "a rank whose rate stays below this times the ranks' median is named "
+            "slow; null: not judged"))] = 0.8
+    slow_rank_window: Annotated[Seconds, Meta(description=(
+            "seconds of its own reports a rank's rate must cover before it is "
+            "judged"))] = 300
+    exclude_slow_nodes: Annotated[bool, Meta(description=(
+            "leave a slow rank's node out at the next requeue (within "
+            "preemption.max_excluded_nodes)"))] = False
 
 
 class JobSpec(_Strict):

@@ -87,7 +87,7 @@ requeue_or_end() {  # VIEW
     exit 75
   fi
   log "preemption: $why: requeueing job $JOB_REF (requeue $(( count + 1 )) of at most 3); the next run resumes from the newest checkpoint"
-  requeue_job
+  requeue_job "${SLOW_NODES:-}"  # the slow ranks' nodes, with health.exclude_slow_nodes (rank/slow.py)
 }
 
 # Whether the job's required node list (sbatch nodelist) names one of NODES (comma-separated):

@@ -102,6 +102,9 @@ log "launch: ${LAUNCH[*]}"
 CHILD=$!
 STATUS=0
 wait "$CHILD" || STATUS=$?
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+SLOW=$(python "$RUN_DIR/rank" slow "$RUN_DIR" 0 2>&1) || true
+while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 # A node check that failed ended the launch before torchrun: each failing node wrote why.
 if (( STATUS != 0 )) && PROBLEM=$(cat "$RUN_DIR"/status/preflight-failed-*.txt 2>/dev/null | paste -sd';' -) && [[ -n $PROBLEM ]]; then
   record_failure preflight "$STATUS" "preflight failed: $PROBLEM"

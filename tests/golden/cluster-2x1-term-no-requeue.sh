@@ -257,6 +257,9 @@ if (( ! REAPED )); then
     wait "$CHILD" || STATUS=$?
   fi
 fi
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+SLOW=$(python "$RUN_DIR/rank" slow "$RUN_DIR" 2 2>&1) || true
+while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 if [[ -n "$SIGNALLED" ]]; then
   after_signal "$(job_view)"
 elif (( STATUS != 0 )) || ranks_signalled; then

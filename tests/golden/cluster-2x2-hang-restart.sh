@@ -87,7 +87,7 @@ requeue_or_end() {  # VIEW
     exit 75
   fi
   log "preemption: $why: requeueing job $JOB_REF (requeue $(( count + 1 )) of at most 3); the next run resumes from the newest checkpoint"
-  requeue_job
+  requeue_job "${SLOW_NODES:-}"  # the slow ranks' nodes, with health.exclude_slow_nodes (rank/slow.py)
 }
 
 # Whether the job's required node list (sbatch nodelist) names one of NODES (comma-separated):
@@ -313,6 +313,9 @@ if (( ! REAPED )); then
   fi
 fi
 watch_stop
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+SLOW=$(python "$RUN_DIR/rank" slow "$RUN_DIR" 2 2>&1) || true
+while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 if [[ -n "$SIGNALLED" ]]; then
   after_signal "$(job_view)"
 elif (( STATUS != 0 )) || ranks_signalled; then

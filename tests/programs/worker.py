@@ -3,7 +3,7 @@
 Each rank prints numbered lines for --seconds, records what it saw in
 $HPCTRAIN_RUN_DIR/results/rank-R.json (start/end times, seed, port, the LR env value, the task
 id), and raises on --fail-rank R, so a test can trace a failure to its rank. --report: each
-step is reported to hpctrain as a training's iteration is.
+step is reported to hpctrain as a training's iteration is; --slow-rank R: rank R runs at half speed.
 """
 import argparse
 import json
@@ -18,6 +18,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0.0)
     parser.add_argument("--fail-rank", type=int, default=-1)
     parser.add_argument("--report", action="store_true", help="report each step to hpctrain")
+    parser.add_argument("--slow-rank", type=int, default=-1, help="this rank's steps take twice as long")
     args = parser.parse_args()
     rank = int(os.environ.get("RANK", "0"))
     start = time.time()
@@ -27,7 +28,7 @@ def main() -> None:
         if args.report:
             import hpctrain_progress  # the bootstrap provides it, as to a library's hooks
             hpctrain_progress.report(i + 1)
-        time.sleep(args.seconds / steps)
+        time.sleep(args.seconds / steps * (2 if rank == args.slow_rank else 1))
     if rank == args.fail_rank:
         raise RuntimeError(f"deliberate failure on rank {rank}")
     out = os.path.join(os.environ["HPCTRAIN_RUN_DIR"], "results")

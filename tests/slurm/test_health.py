@@ -3,7 +3,9 @@ nodes run the stand-in nvidia-smi (tests/fakes: the real H100 rows, four GPUs a 
 written into the same fields); the test site asks for no GPUs from Slurm (its nodes have none)
 while the job plans four a node. One node of the first allocation reports an uncorrected ECC
 error on one GPU: its gate names it, the batch shell requeues the job without it (ExcNodeList),
-and the job completes on two healthy nodes; `status` names the node, the GPU and the reason."""
+and the job completes on two healthy nodes; `status` names the node, the GPU and the reason.
+The same job shows each attempt's time to first step, and names its rank 1, which runs at half
+speed, as slow (with its node)."""
 from __future__ import annotations
 
 import json
@@ -41,7 +43,8 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
     job = tmp_path / "health.yaml"
     job.write_text(json.dumps({
         "name": "health", "python": sys.executable, "script": "tests/programs/worker.py",
-        "args": ["--seconds", 1, "--report"], "setup": setup,
+        "args": ["--seconds", 3, "--report", "--slow-rank", 1], "setup": setup,
+        "health": {"slow_rank_window": 2},
         "resources": {"nodes": 2, "gpus_per_node": 4, "procs_per_node": 1}}))
     job_id, run_dir = submitted(cli("submit", job, "--site", _gpu_site(tmp_path), cwd=ROOT).stdout)
     info = wait_for_job(job_id, timeout=240)
@@ -50,6 +53,7 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
     victim = bad.read_text().strip()
     assert info["Restarts"] == "1", info
     assert victim in _hostnames(info["ExcNodeList"]) and victim not in _hostnames(info["NodeList"])
+    second_node = _hostnames(info["NodeList"])[1]
     why = (f"{victim} failed the health gate: GPU 2 (00000000:00:08.0, "
            "GPU-c1f2461c-ed11-f4b9-2868-865409eb3d02): 3 uncorrected volatile ECC error(s)")
     assert f"hpctrain: failure: preflight failed: {why}" in log, log[-4000:]
@@ -72,6 +76,12 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
     assert all(second["phases"][p] is not None for p in
                ("setup", "imports", "rendezvous", "library")), second
     assert abs(sum(v for v in second["phases"].values() if v) - second["first_step_s"]) < 0.01
+    # Rank 1 ran at half speed: named with its node at the attempt's end and in `status`.
+    slow = json.loads((run_dir / "status" / "slow.json").read_text())["ranks"]
+    assert [(s["rank"], s["node"]) for s in slow] == [(1, second_node)], slow
+    assert re.search(rf"^slow      rank 1 on {second_node}: [0-9.]+ steps/s, 0\.[0-9]+x the median ",
+                     status, re.M), status
+    assert f"hpctrain: slow rank: rank 1 on {second_node}:" in log, log[-3000:]
     assert re.search(r"^startup   first step [0-9.]+ s after start \(attempt 2\): setup [0-9.]+, "
                      r"imports [0-9.]+, (health [0-9.]+, )?rendezvous [0-9.]+, library [0-9.]+$",
                      status, re.M), status
