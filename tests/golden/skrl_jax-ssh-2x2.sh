@@ -66,16 +66,28 @@ secrets() {
 # ssh, then this host's (which would end those ssh sessions). It waits for its own stops only:
 # a bare `wait` would also wait for the steps still running, the head's among them, which only
 # the head's stop below ends.
-stop_hosts() {
-  local i stops=()
+stop_hosts() {  # [GRACE]: seconds from SIGTERM to SIGKILL (job.sh stop)
+  local i stops=() within=(${1:+"$1"})
   for (( i = 1; i < NNODES; i++ )); do
-    "${SSH[@]}" -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" stop)" </dev/null 2>&1 | sed 's/^/  /' &
+    "${SSH[@]}" -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" stop "${within[@]}")" </dev/null 2>&1 | sed 's/^/  /' &
     stops+=("$!")
   done
   if (( NNODES > 1 )); then
     wait "${stops[@]}" || true
   fi
-  bash "$RUN_DIR/job.sh" stop 2>&1 | sed 's/^/  /'
+  bash "$RUN_DIR/job.sh" stop "${within[@]}" 2>&1 | sed 's/^/  /'
+}
+# Whether no rank of this run runs on the hosts given (indices into HOSTS) any more.
+ranks_ended() {
+  local i n
+  for i in "$@"; do
+    if (( i == 0 )); then
+      n=$(bash "$RUN_DIR/job.sh" ranks 2>/dev/null) || return 1
+    else
+      n=$("${SSH[@]}" -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" ranks)" </dev/null 2>/dev/null) || return 1
+    fi
+    [[ $n == 0 ]] || return 1
+  done
 }
 # "Save now" on every host (`job.sh term`): SIGTERM to the run's torchrun there, which passes it
 # on to its ranks. All at once; this shell waits for the ssh commands only.
@@ -105,7 +117,7 @@ gather() {
 # --gather: then bring the hosts' files here.
 on_hosts() {
   local nodeid=0 gather=0 i host status=0 var vars=() step pids=() ended=() left stopped=0
-  local stop_since=0 ended_all=0
+  local stop_since=0 ended_all=0 asked=0 quiet=0 left_hosts=()
   if [[ $BASHPID != "$$" ]]; then
     # (the launch, in the background: a signal to the batch shell's process group is the batch
     # shell's to answer, which tells the hosts itself; this one goes on watching the steps)
@@ -146,13 +158,33 @@ on_hosts() {
         log "the hosts did not end within 60 s of the stop: ending what is left"
         stop_hosts
         ended_all=1
+      elif (( SECONDS - asked >= 5 )); then
+        # Every rank has saved and ended, twice in a row, yet a host's step runs on: its
+        # torchrun waits in its exit barrier for a host whose torchrun ended on the signal
+        # (torch's barrier waits 5 minutes). Nothing is left to save there.
+        asked=$SECONDS
+        left_hosts=()
+        for (( i = 0; i < NNODES; i++ )); do
+          [[ -n ${ended[i]} ]] || left_hosts+=("$i")
+        done
+        if ranks_ended "${left_hosts[@]}"; then
+          quiet=$(( quiet + 1 ))
+        else
+          quiet=0
+        fi
+        if (( quiet >= 2 )); then
+          log "the ranks have ended on every host: ending the torchrun still waiting for a host that stopped first"
+          stop_hosts 2  # (in a store wait, torchrun reads no signal: its end is SIGKILL)
+          ended_all=1
+        fi
       fi
     fi
     for (( i = 0; i < NNODES; i++ )); do
       [[ -z ${ended[i]} ]] || continue
       ! kill -0 "${pids[i]}" 2>/dev/null || continue
       ended[i]=0
-      wait "${pids[i]}" || ended[i]=$?
+      # (stderr: bash's own "Killed" line for a step that a stop ended is not the job's output)
+      wait "${pids[i]}" 2>/dev/null || ended[i]=$?
       left=$(( left - 1 ))
       if (( status == 0 && (ended[i] == 143 || ended[i] == 129 || ended[i] == 130 || ended[i] == 131) )); then
         if (( ! stopped )); then
@@ -402,6 +434,7 @@ detach() {
 #   bash job.sh stop [GRACE] every process of this run on this host: TERM, KILL after GRACE (10) s
 #   bash job.sh term         SIGTERM to this run's torchrun on this host ("save now", the batch
 #                            shell's stop on every host)
+#   bash job.sh ranks        how many of this run's ranks run on this host (a stop's watcher)
 MODE=${1:-}
 
 start_batch_shell() {
@@ -452,6 +485,16 @@ term_run() {
   else
     echo "hpctrain term: $(hostname): no torchrun of this run runs here"
   fi
+}
+
+# A torchrun whose ranks have all ended waits only in its exit barrier, for the other hosts'.
+count_ranks() {
+  local found=() line n=0
+  mapfile -t found < <(run_processes)
+  for line in "${found[@]}"; do
+    [[ ${line#* } != rank ]] || n=$(( n + 1 ))
+  done
+  echo "$n"
 }
 
 probe_fail() {  # WHAT FIX
@@ -568,6 +611,10 @@ case $MODE in
     term_run
     exit 0
     ;;
+  ranks)
+    count_ranks
+    exit 0
+    ;;
   step | probe)
     export HPCTRAIN_STEP_OF=$RUN_DIR  # how `stop` finds whatever this step starts
     read_secrets
@@ -581,7 +628,7 @@ case $MODE in
     echo $$ >"$RUN_DIR/status/pid"
     trap on_exit EXIT  # (TERM, INT and HUP: parts/stop.sh.j2, below)
     ;;
-  *) die "unknown mode '$MODE': start, step, probe, stop or term (see above)" ;;
+  *) die "unknown mode '$MODE': start, step, probe, stop, term or ranks (see above)" ;;
 esac
 
 # --- environment ----------------------------------------------------------------------------
@@ -721,9 +768,6 @@ while :; do
     break
   fi
 done
-# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
-SLOW=$(python "$RUN_DIR/rank" slow "$RUN_DIR" 0 2>&1) || true
-while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 end_ranks
 if [[ -n $STOP_SIGNAL ]] || compgen -G "$RUN_DIR/status/stop-*.json" >/dev/null; then
   stopped_exit "$STATUS"

@@ -1,5 +1,5 @@
 """A signal to an ssh-hosts job is handled as on the local site (issue 28, item 1): TERM, INT or
-HUP to the batch shell reaches the ranks on every host, which
+HUP to the batch shell, or TERM to one host's torchrun, reaches the ranks on every host, which
 save at the next iteration boundary; nothing of the run is left on any host; the run ends
 STOPPED with what was saved and the `submit --resume` hint, which continues it. Real rsl-rl
 trainings on two of the local cluster's sshd hosts (site locallab), one run per behaviour."""
@@ -67,3 +67,35 @@ def test_a_signal_to_the_batch_shell_saves_on_every_host(cli, lab, sig):
     # (they agree on the iteration to stop at) leave their torchrun to finish by itself.
     assert ("hpctrain term: node2: SIGTERM to torchrun" in log
             or "hpctrain term: node2: the ranks have ended; torchrun is finishing" in log), log[-3000:]
+
+
+def test_term_to_one_hosts_torchrun_stops_the_run_and_it_resumes(cli, lab):
+    # What a user's kill of torchrun on node2 does: node2's ranks get it from their torchrun,
+    # node1's from the batch shell; all save at one iteration. Then the hint, as typed.
+    run_dir = _training(cli, lab, updates=14)
+    rank = next(json.loads(p.read_text()) for p in run_dir.glob("status/rank-*.json")
+                if json.loads(p.read_text())["node"] == "node2")
+    agent = on_host("node2", f"ps -o ppid= -p {int(rank['pid'])}").stdout.strip()
+    assert agent.isdigit() and "rank" in on_host("node2", f"cat /proc/{agent}/cmdline").stdout
+    assert on_host("node2", f"kill -TERM {agent}").returncode == 0
+    st, stopped = _stopped(cli, run_dir, "TERM")
+    log = job_log(run_dir)
+    assert "node2: torchrun ended on a signal (status 143): passing SIGTERM on to every host" in log
+    assert "torchrun was sent SIGTERM" in log
+    # node1's torchrun, its ranks done, waits in its exit barrier for node2's, which is gone:
+    # ended once every rank has, not a minute on.
+    assert "the ranks have ended on every host: ending the torchrun" in log, log[-3000:]
+    assert "did not end within 60 s" not in log
+
+    hint = st["state"]["reason"].split("continue with: ", 1)[1].split()
+    again = cli(*hint[1:], "--wait", timeout=400)
+    assert "resumed " in again.stdout, again.stdout
+    st = status_of(cli, run_dir.name)
+    assert st["state"]["state"] == "COMPLETED", (st, job_log(run_dir)[-3000:])
+    attempts = [json.loads(line) for line in
+                (run_dir / "results" / "attempts.jsonl").read_text().splitlines()][2:]
+    assert sorted(a["host"] for a in attempts) == ["node1", "node2"], attempts
+    for a in attempts:
+        assert a["resume_from"] == stopped["saved"] and a["started_from"] == stopped["step"], a
+        assert a["reached"] == 13, a
+    assert leftovers(run_dir) == {"node1": [], "node2": []}
