@@ -1,13 +1,14 @@
-"""`hpctrain shell` and `hpctrain launch`: the job's own launch in an interactive allocation.
+"""`hpctrain shell` and `hpctrain launch`: the job's own launch, interactively.
 
 `shell` writes the run directory as `submit` does (job.yaml, the code snapshot, rank/,
-bootstrap.json, the batch script for reference) and beside it the shell's rcfile and the
-interactive launch, rendered from the scheduler's templates with the batch script's own parts
-(templates/slurm/shell.sh.j2, launch.sh.j2). Then the backend's allocation command runs in the
-foreground: an allocation with the job's resources and directives, and bash on its first node
-with the job's environment. `launch`, typed in that shell, runs the launch script: each time one
-attempt in the same run directory. Leaving the shell releases the allocation; so does a hang-up
-of the terminal, and this process ending in any way (its child gets SIGHUP from the kernel).
+bootstrap.json, the job script for reference) and beside it the shell's rcfile and the
+interactive launch, rendered from the scheduler's templates with the job script's own parts
+(templates/<scheduler>/shell.sh.j2, launch.sh.j2). Then the backend's shell command runs in the
+foreground: on Slurm an allocation with the job's resources and directives and bash on its first
+node, on the local site bash here, each with the job's environment. `launch`, typed in that
+shell, runs the launch script: each time one attempt in the same run directory. Leaving the
+shell releases the allocation; so does a hang-up of the terminal, and this process ending in any
+way (its child gets SIGHUP from the kernel).
 """
 from __future__ import annotations
 
@@ -62,17 +63,21 @@ def shell(job: Job, say=print) -> int:
         write_atomic(run.path / RCFILE, rc_text, mode=0o644)
         write_atomic(run.path / LAUNCH, launch_text, mode=0o755)
     command = chosen.shell_command(prep.plan, run.path / RCFILE, run.path / ALLOCATION)
-    say(f"shell {prep.job.spec.name}  run {run.id}  on {prep.job.site.name}: waiting for the "
-        "allocation")
+    say(f"shell {prep.job.spec.name}  run {run.id}  on {prep.job.site.name}")
     say(f"run directory: {run.path}")
     sys.stdout.flush()
     status = _foreground(command, lambda: _recorded(run, chosen))
     job_id = _allocation(run)
-    if job_id is not None and run.record.job_id != job_id:
+    if job_id is None:
+        run.update(state="FAILED", final=True, reason="no allocation was granted")
+        raise HpctrainError(f"no allocation was granted (the shell command exited {status}): "
+                            "the scheduler's message is above",
+                            fix="check the job's partition, account, nodes and time against the "
+                            "site (sinfo); hpctrain submit JOB --dry-run shows its directives")
+    if run.record.job_id != job_id:
         run.update(job_id=job_id, state="SUBMITTED")
         add_to_index(run)
-    say(f"shell ended (status {status}); the allocation{f' {job_id}' if job_id else ''} is "
-        f"released. The run stays: hpctrain logs {run.id}")
+    say(f"shell ended (status {status}); its run stays: hpctrain logs {run.id}")
     return status
 
 
@@ -125,7 +130,7 @@ def _recorded(run: Run, chosen) -> None:
 
 
 def launch(ref: str | None) -> None:
-    """`hpctrain launch` in the shell: run this allocation's launch script (never returns)."""
+    """`hpctrain launch` in the shell: run its launch script (never returns)."""
     ref = ref or os.environ.get("HPCTRAIN_RUN_DIR")
     if not ref:
         raise HpctrainError("hpctrain launch runs in the shell of `hpctrain shell JOB`",
@@ -137,7 +142,7 @@ def launch(ref: str | None) -> None:
     job_id = _allocation(run)
     chosen = backend(run.record.backend)
     if job_id is None or not chosen.inside(job_id):
-        raise HpctrainError(f"hpctrain launch runs inside run {run.id}'s allocation"
+        raise HpctrainError(f"hpctrain launch runs inside run {run.id}'s shell"
                             + (f" (job {job_id})" if job_id else ""),
                             fix="type it in the shell that hpctrain shell opened")
     sys.stdout.flush()

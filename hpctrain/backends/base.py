@@ -169,8 +169,8 @@ class Backend(abc.ABC):
     def _no_interactive(self, what: str):
         from ..errors import HpctrainError
         return HpctrainError(f"{what}: the {self.name} backend has no interactive allocation",
-                             fix="use a site whose scheduler is slurm (hpctrain shell JOB --site "
-                             "SITE), or submit the job: hpctrain submit JOB")
+                             fix="use a site whose scheduler is slurm (or local, for `shell`): "
+                             "--site SITE; or submit the job: hpctrain submit JOB")
 
     def fetch(self, run: Run) -> None:
         """Bring the run's files here where its nodes keep them (`logs` calls this first)."""

@@ -74,6 +74,29 @@ class LocalBackend(Backend):
     def submit_command(self, script: Path, plan=None) -> list[str]:
         return ["bash", str(script)]
 
+    # `hpctrain shell`: a shell here with the job's environment; `hpctrain launch` in it runs
+    # the job script itself in the foreground (templates/local/launch.sh.j2 is job.sh.j2).
+    shell_roots = ("shell.sh.j2", "launch.sh.j2")
+
+    def shell_command(self, plan, rcfile: Path, record: Path) -> list[str]:
+        # The shell's own pid names it ("local-PID", as a job here is named): `launch` checks
+        # that it runs under that shell.
+        return ["bash", "-c", 'printf "local-%s\\n" "$$" >"$1" && shift && exec "$@"',
+                "hpctrain-shell", str(record), "bash", "--rcfile", str(rcfile), "-i"]
+
+    def inside(self, job_id: str) -> bool:
+        shell = job_id.rpartition("-")[2]
+        pid = os.getpid()
+        while pid > 1:
+            if str(pid) == shell:
+                return True
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    pid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                return False
+        return False
+
     def submit(self, run: Run, prep) -> str:
         import subprocess
         log = open(run.path / "logs" / "job.out", "ab")

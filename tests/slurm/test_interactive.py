@@ -82,6 +82,13 @@ def test_shell_has_the_jobs_environment_launches_it_and_exit_releases_it(cli, cl
     assert {r["allreduce"] for r in results} == {6.0}
     assert len({r["host"] for r in results}) == 2
 
+    # Again, as often as the user likes: each launch one attempt in the same run directory.
+    (run_dir / "results").rename(run_dir / "results-1")
+    m = ask(child, "hpctrain launch; echo launch-status\"=$?\"", r"launch-status=(\d+)", timeout=180)
+    log = (run_dir / "logs" / f"slurm-{job_id}.out").read_text()
+    assert m.group(1) == "0" and log.count("done: all ranks exited 0") == 2, log
+    assert sorted(r["rank"] for r in read_results(run_dir)) == [0, 1, 2, 3]
+
     child.sendline("exit")
     child.expect(r"shell ended \(status 0\)")
     child.expect(pexpect.EOF)
@@ -151,3 +158,12 @@ def test_stacks_prints_every_ranks_stack_and_the_job_goes_on(cli, running):
                            for p in (run_dir / "logs").glob("rank-*.log")), 30,
                "every rank to go on after its dump", job_id)
     assert listed(job_id)
+
+
+def test_a_refused_allocation_is_an_error_with_the_schedulers_words(cli, cluster, tmp_path):
+    jf = job_file(tmp_path, "no-such", nodes=1, procs=1)
+    proc = cli("shell", str(jf), "--site", cluster, "--set", "resources.partition=nosuch",
+               check=False, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "invalid partition" in proc.stderr.lower()  # salloc's own words, above hpctrain's
+    assert "error: no allocation was granted" in proc.stderr and "Traceback" not in proc.stderr

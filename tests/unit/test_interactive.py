@@ -65,8 +65,15 @@ def test_the_rcfile_and_the_launch_are_the_batch_scripts_parts(home):
     assert "set +e +u +o pipefail" in rc and "LAUNCH=" not in rc
 
 
+def test_on_the_local_site_the_launch_is_the_job_script_itself(home):
+    prep, rc, launch = prepare_shell(load_job(dict(JOB, resources={"procs_per_node": 2}),
+                                              site="local"), "RUN_ID")
+    assert launch == prep.script
+    assert "export HPCTRAIN_RUN_DIR=" in rc and "set +e +u +o pipefail" in rc
+
+
 @pytest.mark.parametrize("argv,said", [
-    (["shell", "JOB", "--site", "local"], "the local backend has no interactive allocation"),
+    (["shell", "JOB", "--site", "locallab"], "the ssh backend has no interactive allocation"),
     (["shell", "SWEEP", "--site", "localcluster"], "not a sweep"),
     (["launch"], "hpctrain launch runs in the shell of `hpctrain shell JOB`"),
     (["attach", "x", "--stacks", "--rank", "1"], "--stacks prints every rank's stack"),
