@@ -163,6 +163,11 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
             lines.append(f"{t.job or str(i):<{job_w}}  " + row[:max(24, WIDTH - 1 - job_w - 2)])
     if st.jobs:
         lines.append(f"earlier   job(s) {', '.join(st.jobs)} (submit --resume)")
+    for h in st.history:  # the earlier attempts that failed, then this one's state
+        then = f"; requeued without {', '.join(h['without'])}" if h["without"] else ""
+        lines.append(f"attempt {h['attempt']} {h['reason']}: {h['message'][:160]}{then}")
+    if st.history:
+        lines.append(f"now       {describe(s)}")
     if st.ended:
         lines.append(f"ended     {st.ended}")
     for s in st.slow:

@@ -16,7 +16,7 @@ from ..errors import HpctrainError
 from . import startup
 from .progress import TrainingProgress, of_run
 from ..rank import slow
-from ..rank.records import read_excluded, read_job_failure, read_rank_failures
+from ..rank.records import read_excluded, read_job_failure, read_job_failures, read_rank_failures
 from ..runs.records import Run, add_to_index, being_submitted, indexed
 
 
@@ -46,6 +46,9 @@ class RunStatus(msgspec.Struct, kw_only=True):
     startup: list[dict] = []
     # Ranks running below the run's slow_rank_factor x the median rate (rank/slow.py), slowest first.
     slow: list[dict] = []
+    # The run's earlier attempts that failed (status/failures.jsonl), oldest first: each
+    # {attempt, job_id, reason, message, without (the nodes its requeue left out)}.
+    history: list[dict] = []
 
     def to_json(self) -> dict:
         d = msgspec.to_builtins(self)
@@ -118,6 +121,7 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
     rec = run.record
     failure = read_job_failure(str(run.path))
     progress = of_run(str(run.path), rec.array_size)
+    excluded = read_excluded(str(run.path))
     return RunStatus(run_id=run.id, name=rec.name, site=rec.site, backend=rec.backend,
                      job=str(rec.job_id), path=str(run.path), submitted=rec.submitted,
                      nodes=rec.nodes, ranks_per_node=rec.procs_per_node, state=state,
@@ -127,9 +131,22 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
                      progress=progress, slow=_slow(str(run.path), progress),
                      waits_for=waits.get(run.path, []),
                      excluded=[{"node": e.node, "reason": e.reason, "message": e.message,
-                                "time": e.time} for e in read_excluded(str(run.path))],
+                                "time": e.time} for e in excluded],
+                     history=_history(str(run.path), excluded),
                      jobs=[str(j) for j in rec.jobs],
                      startup=startup.attempts(str(run.path), rec.submitted))
+
+
+def _history(run_dir: str, excluded: list) -> list[dict]:
+    """The earlier failed attempts, each with the nodes left out after it."""
+    out = []
+    for f in read_job_failures(run_dir)[-100:]:
+        without = [e.node for e in excluded
+                   if e.node in f.nodes and e.reason == f.reason
+                   and (not e.job_id or not f.job_id or e.job_id == f.job_id)]
+        out.append({"attempt": f.job_restart + 1, "job_id": f.job_id, "reason": f.reason,
+                    "message": f.message[:1000], "without": without})
+    return out
 
 
 def _slow(run_dir: str, progress: list[TrainingProgress]) -> list[dict]:

@@ -365,7 +365,10 @@ def summarize(run_dir: str, reason: str, status: int, message: str = "") -> int:
     nodes: list[str] = []
     previous = read_job_failure(run_dir)
     if reason == "hang" and previous is not None and previous.reason == "hang":
-        # The watcher's record names the stuck ranks: keep it, with the launch's exit status.
+        # The watcher's record names the stuck ranks: keep it, with the launch's exit status,
+        # and the culprit their stacks (dumped as they were ended) single out.
+        from .culprit import refine
+        previous = refine(run_dir, previous)
         message = message or previous.message
         nodes, ranks_out = list(previous.nodes), list(previous.ranks)
     else:

@@ -45,6 +45,13 @@ def _log_mtime(run_dir: str, rank: int) -> float | None:
         return None
 
 
+def _log_size(run_dir: str, rank: int) -> int:
+    try:
+        return os.stat(os.path.join(run_dir, "logs", f"rank-{rank}.log")).st_size
+    except OSError:
+        return 0
+
+
 def scan(run_dir: str, since: float, now_ts: float, timeout: float) -> Hang | None:
     """A Hang when no rank has shown progress for `timeout` s (counting from `since`, the
     launch), else None."""
@@ -76,8 +83,9 @@ def scan(run_dir: str, since: float, now_ts: float, timeout: float) -> Hang | No
     def where(r: int) -> str:
         at = f" at {'iteration ' + str(steps[r]) if r in steps else 'its start (no progress report)'}"
         return f"rank {r} on {node(r)}{at}"
-    detail = [{"rank": r, "node": node(r), "step": steps.get(r), "idle_s": round(now_ts - seen[r], 1)}
-              for r in stuck]
+    # Where each log ended: the stack dumped when the rank is ended follows (culprit.py).
+    detail = [{"rank": r, "node": node(r), "step": steps.get(r), "idle_s": round(now_ts - seen[r], 1),
+               "log_offset": _log_size(run_dir, r)} for r in stuck]
     if stuck == ranks:
         head = (f"no rank has progressed for {timeout:g} s (launcher.hang_timeout): "
                 + "; ".join(where(r) for r in stuck))
