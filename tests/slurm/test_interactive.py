@@ -96,6 +96,28 @@ def test_shell_has_the_jobs_environment_launches_it_and_exit_releases_it(cli, cl
     assert cli("status", run_dir.name).returncode == 0
 
 
+def test_ctrl_c_stops_the_launch_and_its_steps_the_shell_stays(cluster, tmp_path, home):
+    jf = job_file(tmp_path, "shell-stop", nodes=2, procs=1, args=["--seconds", "60"])
+    child = spawn("shell", str(jf), "--site", cluster)
+    run_dir = run_dir_of(child)
+    child.expect(PROMPT)
+    job_id = allocation(run_dir)
+    child.sendline('hpctrain launch; echo launch-status"=$?"')
+    wait_until(lambda: all("step 1 of" in (run_dir / "logs" / f"rank-{r}.log").read_text()
+                           if (run_dir / "logs" / f"rank-{r}.log").exists() else False
+                           for r in (0, 1)), 60, "both ranks running", job_id)
+    child.sendintr()
+    child.expect(r"launch-status=(\d+)", timeout=60)
+    assert child.match.group(1) == "130"  # stopped on SIGINT, as a job without a scheduler is
+    assert (run_dir / "status" / "stopped.json").is_file()
+    steps = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], capture_output=True,
+                           text=True).stdout.split()
+    assert steps == [f"{job_id}.0"], steps  # the shell's own step only: no rank left running
+    child.expect(PROMPT)
+    child.sendline("exit")
+    child.expect(pexpect.EOF)
+
+
 @pytest.mark.parametrize("how", ["killed", "hung up"])
 def test_a_killed_or_disconnected_shell_releases_its_allocation(how, cli, cluster, tmp_path):
     jf = job_file(tmp_path, "shell-end", nodes=1, procs=1)
