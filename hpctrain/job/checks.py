@@ -157,9 +157,11 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
     warnings += lib.check(spec, site, where)
     from . import containers
     warnings += containers.check(spec, site, scheduler, where, runs_isaaclab(lib, spec))
-    if spec.health.enabled and (spec.resources.nodes < 2 or spec.launcher.preflight is False):
-        warnings.append(f"{where(('health', 'enabled'))}: the health gate runs in the node check "
-                        "of multi-node jobs (launcher.preflight): this job's nodes are not checked")
+    if spec.health.enabled and lib.launcher == "tasks" and (
+            spec.resources.nodes < 2 or spec.launcher.preflight is False):
+        warnings.append(f"{where(('health', 'enabled'))}: with the {spec.library} library the "
+                        "health gate runs in the node check of multi-node jobs (launcher."
+                        "preflight): this job's nodes are not checked")
     return list(dict.fromkeys(warnings))
 
 

@@ -83,6 +83,12 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
         return self.preflight and self.multinode and self.launcher != "tasks"
 
     @property
+    def health_in_agent(self) -> bool:
+        """The health gate runs in each node's agent process (rank/preflight.agent), without the
+        node check: a single node, or the node check off."""
+        return bool(self.bootstrap.get("health")) and not (self.preflight and self.multinode)
+
+    @property
     def multinode(self) -> bool:
         return self.nnodes > 1
 
@@ -138,12 +144,14 @@ def gpu_request(job: Job) -> tuple[str, str] | None:
     return ("gpus-per-node", count) if site.gpu_request == "gpus-per-node" else ("gres", f"gpu:{count}")
 
 
-def health_gate(spec, preflight: bool) -> dict | None:
-    """bootstrap.json's "health" (rank/health.py): the checks and the GPUs each node must show,
-    for the node check of a multi-node launch, which runs it; None: no gate."""
+def health_gate(spec, preflight: bool, launcher: str) -> dict | None:
+    """bootstrap.json's "health" (rank/health.py): the checks and the GPUs each node must show;
+    None: no gate. The node check of a multi-node launch runs it, or else each node's launch
+    process before torchrun's agent starts (rank/preflight.agent); the tasks launcher has no such
+    process."""
     h, r = spec.health, spec.resources
     on = h.enabled if h.enabled is not None else r.gpus_per_node > 0
-    if not (on and preflight and r.nodes > 1):
+    if not on or (launcher == "tasks" and not (preflight and r.nodes > 1)):
         return None
     return {"expected_gpus": r.gpus_per_node, "gpus": h.gpus, "ecc": h.ecc,
             "row_remap": h.row_remap, "retired_pages": h.retired_pages,
@@ -217,7 +225,7 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
         sample_every=spec.sample_every,
         idle_gpus=({"below": spec.idle_gpus.below, "for": spec.idle_gpus.seconds}
                    if spec.idle_gpus and spec.sample_every else None),
-        health=health_gate(spec, preflight),
+        health=health_gate(spec, preflight, lib.launcher),
         slow_ranks=({"factor": spec.health.slow_rank_factor, "window": spec.health.slow_rank_window,
                      "exclude": spec.health.exclude_slow_nodes}
                     if spec.health.slow_rank_factor and spec.resources.nodes * ppn > 1 else None),

@@ -12,7 +12,7 @@
     watch RUN_DIR TIMEOUT                  the hang watcher (exits 3 on a hang)
     kill-ranks RUN_DIR                     end this node's ranks of the run (after a hang)
     stacks RUN_DIR                         this node's ranks dump their stacks to their logs (attach --stacks)
-    agent TORCHRUN-ARGS...                 torchrun's agent; a signal sent to it is an ending (ending.py)
+    agent TORCHRUN-ARGS...                 torchrun's agent after the health gate (preflight.agent); a signal sent to it is an ending (ending.py)
     stopped RUN_DIR SIG STATUS [STARTED]   status/stopped.json after a signal ended the launch
     end-ranks RUN_DIR [GRACE]              end this node's ranks that outlived the launch
     sample RUN_DIR PARENT NNODES           this node's GPU/CPU sampler (sampler.py; launch and agent start it)
@@ -94,7 +94,7 @@ def main(args: list[str]) -> int:
         return _module("stacks").signal_ranks(rest[0])
     if command == "agent":
         _module("sampler").start(rest)
-        return _module("ending").agent(rest)
+        return _module("preflight").agent(rest)
     if command == "stopped" and len(rest) in (3, 4) and rest[2].lstrip("-").isdigit():
         started = float(rest[3]) if len(rest) == 4 and rest[3].isdigit() else 0.0
         return _module("ending").stopped(rest[0], rest[1], int(rest[2]), started)

@@ -7,7 +7,8 @@ local site) nothing does: the batch shell traps TERM, INT and HUP, forwards SIGT
 then says itself what happened (`stopped` below, status/stopped.json); whatever rank is left
 when the launch is over is ended (`end_ranks`), so that no process of the run outlives it.
 
-    agent TORCHRUN-ARGS...        torchrun's agent, as `python -m torch.distributed.run` runs it,
+    agent TORCHRUN-ARGS...        torchrun's agent, as `python -m torch.distributed.run` runs it
+                                  (run_agent; preflight.agent starts it after the health gate),
                                   except that a signal sent to it is an ending, not an error: one
                                   line and the exit status 128+N instead of SignalException's
                                   traceback, and a second signal does not cut its shutdown short
@@ -30,18 +31,6 @@ import time
 
 from .records import (RankConfig, RecordError, read_identities, read_json, read_rank_failures,
                       write_json)
-
-
-def agent(torchrun_args: list[str]) -> int:
-    """`python -m torch.distributed.run ARGS`, with the signal it is sent taken as an ending."""
-    import socket
-
-    from . import phases
-    began = time.time()
-    from torch.distributed import run as torchrun
-    phases.mark(phases.node_file(os.environ.get("SLURMD_NODENAME") or socket.gethostname()),
-                {"launch": began, "imported": time.time()})
-    return run_agent(torchrun.main, torchrun_args)
 
 
 def run_agent(main, torchrun_args: list[str]) -> int:

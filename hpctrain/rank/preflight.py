@@ -179,6 +179,19 @@ def _health_gate(me: str) -> tuple[dict | None, str]:
     return verdict, (verdict["driver"] or "") if cfg.get("same_driver") else ""
 
 
+def health_only(marks: dict | None = None) -> int:
+    """The health gate without the node barrier (a single node, or the node check off): this
+    node's exit status, its failure written as the node check's is; `marks` gets the gate's
+    seconds (rank/phases.py)."""
+    me = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    verdict, _ = _health_gate(me)
+    if verdict is not None and not verdict["ok"]:
+        return _fail(me, health.summary(verdict))
+    if verdict is not None and marks is not None:
+        marks["health_s"] = verdict["seconds"]
+    return 0
+
+
 def nodes(timeout: float, marks: dict | None = None) -> int:
     """The node barrier (once per node); returns this node's exit status. `marks` gets when
     the check passed and the health gate's seconds (rank/phases.py)."""
@@ -234,6 +247,26 @@ def step(timeout: float) -> int:
         phases.mark(phases.node_file(os.environ.get("SLURMD_NODENAME") or socket.gethostname()),
                     {"health_s": marks["health_s"]})
     return status
+
+
+def agent(torchrun_args: list[str]) -> int:
+    """A node's launch without the node check (a single node, or launcher.preflight off): the
+    health gate (where the job has one) while torch's launcher imports, then torchrun's agent
+    (ending.run_agent). A node that fails the gate exits 1 before any rank starts."""
+    marks: dict = {"launch": time.time()}
+    outcome: list[int] = []
+    gate = threading.Thread(target=lambda: outcome.append(health_only(marks)), daemon=True)
+    gate.start()
+    from torch.distributed import run as torchrun  # overlapped with the gate
+    marks["imported"] = time.time()
+    gate.join()
+    if outcome != [0]:
+        return 1
+    marks["checked"] = time.time()
+    phases.mark(phases.node_file(os.environ.get("SLURMD_NODENAME") or socket.gethostname()),
+                marks)
+    from .ending import run_agent
+    return run_agent(torchrun.main, torchrun_args)
 
 
 def launch(timeout: float, torchrun_args: list[str]) -> int:

@@ -230,11 +230,12 @@ class IdleGpus(_Strict):
 
 class Health(_Strict):
     """Each node's health gate before training (rank/health.py), read from nvidia-smi in the
-    node check of the launch; a node that fails it is named and left out at the requeue. And
+    node check of the launch (or, without one, in each node's launch process before torchrun's
+    agent); a node that fails it is named and left out at the requeue. And
     slow ranks, judged from their progress rates (rank/slow.py)."""
     enabled: Annotated[bool | None, Meta(description=(
-            "check each node's GPUs before the ranks start; null: on for multi-node jobs "
-            "that ask for GPUs"))] = None
+            "check each node's GPUs before the ranks start; null: on for jobs that ask "
+            "for GPUs"))] = None
     gpus: Annotated[bool, Meta(description=(
             "the GPUs the job asks for (resources.gpus_per_node) are visible and "
             "nvidia-smi answers"))] = True

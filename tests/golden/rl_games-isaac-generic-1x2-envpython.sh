@@ -240,6 +240,8 @@ PHASES="$RUN_DIR/status/phases/${HPCTRAIN_JOB_ID:-0}-${HPCTRAIN_ATTEMPT:-0}"
 if mkdir -p "$PHASES"; then
   printf '{"started": "%s", "setup": "%s"}\n' "$HPCTRAIN_STARTED" "${EPOCHREALTIME:-$(date +%s.%N)}" >"$PHASES/shell.json" || true
 fi
+# Each node's health gate (rank/health.py) runs before torchrun's agent; a failing node writes why.
+rm -f "$RUN_DIR"/status/preflight-failed-*.txt "$RUN_DIR"/status/health/*.json
 log "launch: ${LAUNCH[*]}"
 # In the background, so that signals reach this shell's traps while the ranks run.
 "${LAUNCH[@]}" &
@@ -271,6 +273,12 @@ elif (( STATUS != 0 )) || ranks_signalled; then
   # A preemption signals the ranks only: they stopped (or died) on their own.
   VIEW=$(job_view)
   [[ "$VIEW" == running ]] || after_signal "$VIEW"
+fi
+# A node check that failed ended the launch before torchrun: each failing node wrote why.
+if (( STATUS != 0 )) && PROBLEM=$(cat "$RUN_DIR"/status/preflight-failed-*.txt 2>/dev/null | paste -sd';' -) && [[ -n $PROBLEM ]]; then
+  record_failure preflight "$STATUS" "preflight failed: $PROBLEM"
+  requeue_after_failure
+  die "preflight failed (status $STATUS): $PROBLEM"
 fi
 if (( STATUS != 0 )); then
   record_failure ranks "$STATUS"

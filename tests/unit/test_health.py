@@ -173,5 +173,29 @@ def test_the_gate_is_on_for_multinode_gpu_jobs_and_site_and_job_tune_it(tmp_path
                  ).bootstrap["health"]["expected_gpus"] == 0
     single = load_job({"name": "h", "script": "t.py", "health": {"enabled": True},
                        "resources": {"gpus_per_node": 1}}, site=str(tmp_path / "gpusite.yaml"))
-    assert any("the health gate runs in the node check of multi-node jobs" in w
-               for w in single.warnings)
+    assert not any("health" in w for w in single.warnings)  # its agent runs the gate
+    tasks = load_job({"name": "h", "library": "skrl_jax", "script": "t.py", "health": {
+        "enabled": True}, "resources": {"gpus_per_node": 1}}, site="local")
+    assert tasks.warnings == ("<python>: with the skrl_jax library the health gate runs in the node "
+                              "check of multi-node jobs (launcher.preflight): this job's nodes are "
+                              "not checked",)
+
+
+def test_a_single_node_gets_the_gate_in_its_agent_and_a_failure_is_written_as_the_checks(
+        tmp_path, monkeypatch):
+    single = _plan(tmp_path, resources={"nodes": 1, "gpus_per_node": 4})
+    assert single.bootstrap["health"]["expected_gpus"] == 4 and single.health_in_agent
+    assert not _plan(tmp_path).health_in_agent  # two nodes: the node check runs it
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "bootstrap.json").write_text(json.dumps({"health": single.bootstrap["health"]}))
+    monkeypatch.setenv("HPCTRAIN_RUN_DIR", str(run))
+    monkeypatch.setenv("SLURMD_NODENAME", "node3")
+    monkeypatch.setattr(health.shutil, "which", lambda name: "/bin/" + name)
+    rows = {"--query-gpu": (0, "\n".join(FAKE.health_rows(3, {}))),
+            "--query-remapped-rows": (0, "\n".join(FAKE.remap_rows(3, {})))}
+    monkeypatch.setattr(health, "_smi", lambda args, timeout: rows[args[0].split("=")[0]])
+    assert preflight.health_only() == 1
+    said = (run / "status" / "preflight-failed-node3.txt").read_text()
+    assert said.startswith("node3 failed the health gate: 3 of the 4 GPUs the job expects")
+    assert recovery.blamed_nodes(str(run), "preflight", []) == ["node3"]

@@ -83,7 +83,7 @@ def test_torch_launch_is_isaaclabs_documented_command(lib, nodes, doc, home):
     rank_side(argv)
     # torchrun's main runs inside hpctrain's rank side (which starts the node's sampler) with
     # torchrun's own arguments: after the node check on several nodes (rank/preflight.launch),
-    # as the agent on one (rank/ending.agent).
+    # as the agent on one (rank/preflight.agent).
     start = argv.index("$RUN_DIR/rank")
     if nodes > 1:
         assert argv[start:start + 3] == ["$RUN_DIR/rank", "launch", "60"]
