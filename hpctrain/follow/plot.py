@@ -56,8 +56,19 @@ def run_curves(run: Run, metrics: list[str], limit: int = 12) -> tuple[list[Curv
     return curves, shown, left_out
 
 
-def draw(curves: list[Curve], shown: list[str], path: str, title: str, fmt: str = "png") -> None:
-    """One panel per metric; a curve per task; dotted lines where attempts began."""
+def attempt_labels(attempts: int, startup: list[dict]) -> list[str]:
+    """The label of each attempt's line: its number, and how long after its start its first
+    step came (follow/startup.py: the attempts that reached one, in order)."""
+    firsts = [a["first_step_s"] for a in startup if a.get("first_step_s") is not None]
+    return [f"attempt {i + 1}" + (f", first step after {firsts[i]:.0f} s"
+                                  if i < len(firsts) and len(firsts) == attempts else "")
+            for i in range(attempts)]
+
+
+def draw(curves: list[Curve], shown: list[str], path: str, title: str, fmt: str = "png",
+         startup: list[dict] | None = None) -> None:
+    """One panel per metric; a curve per task; dotted lines where attempts began, each with the
+    seconds its first step took."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -74,10 +85,11 @@ def draw(curves: list[Curve], shown: list[str], path: str, title: str, fmt: str 
             label = "run" if curve.task is None else f"task {curve.task}"
             ax.plot(curve.steps, curve.values, color=colors[curve.task], linewidth=1.4,
                     label=label if len(tasks) > 1 else None)
-            if curve.attempts > 1:
-                for i, start in enumerate(curve.attempt_starts):
+            labels = attempt_labels(curve.attempts, startup if curve.task is None else [])
+            if curve.attempts > 1 or (labels and labels[0] != "attempt 1"):
+                for label, start in zip(labels, curve.attempt_starts):
                     ax.axvline(start, color=colors[curve.task], linestyle=":", linewidth=1)
-                    ax.annotate(f"attempt {i + 1}", (start, 1), xycoords=("data", "axes fraction"),
+                    ax.annotate(label, (start, 1), xycoords=("data", "axes fraction"),
                                 xytext=(2, -2), textcoords="offset points", va="top",
                                 fontsize=7, color=colors[curve.task])
         ax.set_title(tag, fontsize=10)
@@ -124,5 +136,7 @@ def plot(run: Run, metrics: list[str] | None = None, out: str | None = None) -> 
         raise HpctrainError(f"cannot create {os.path.dirname(path)}: {exc.strerror}",
                             fix="give a writable --out PATH") from None
     rec = run.record
-    draw(curves, shown, path, f"{rec.name}  ({run.id}, {rec.library})", fmt)
+    from .startup import attempts
+    draw(curves, shown, path, f"{rec.name}  ({run.id}, {rec.library})", fmt,
+         attempts(str(run.path)))
     return Plot(path=path, curves=curves, shown=shown, left_out=left_out)

@@ -90,3 +90,13 @@ def test_status_shows_one_line_and_its_json_every_phase(tmp_path):
     assert ("startup   first step 41 s after start: setup 6.0, imports 9.0, health 2.0, "
             "rendezvous 2.0, library 22") in format_status(st).splitlines()
     assert st.to_json()["startup"][0]["phases"]["library"] == 22.0
+
+
+def test_the_plot_labels_each_attempt_with_its_time_to_first_step():
+    from hpctrain.follow.plot import attempt_labels
+    two = [{"first_step_s": 41.2}, {"first_step_s": 18.0}]
+    assert attempt_labels(2, two) == ["attempt 1, first step after 41 s",
+                                      "attempt 2, first step after 18 s"]
+    # Attempts the curves count otherwise (a torchrun restart inside one): numbers only.
+    assert attempt_labels(3, two) == ["attempt 1", "attempt 2", "attempt 3"]
+    assert attempt_labels(1, [{"first_step_s": None}]) == ["attempt 1"]
