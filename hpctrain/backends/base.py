@@ -162,15 +162,16 @@ class Backend(abc.ABC):
         """The nodes the run's job runs on now, first node first ([] when it runs nowhere)."""
         raise self._no_interactive("hpctrain attach")
 
-    def on_nodes_command(self, run: Run, command: list[str]) -> list[str]:
-        """`command` once on every node of the run's running job, beside its ranks."""
+    def on_nodes(self, run: Run, command: list[str]) -> str:
+        """Run `command` once on every node of the run's running job, beside its ranks; its
+        output. HpctrainError when a node cannot be reached."""
         raise self._no_interactive("hpctrain attach --stacks")
 
     def _no_interactive(self, what: str):
         from ..errors import HpctrainError
         return HpctrainError(f"{what}: the {self.name} backend has no interactive allocation",
-                             fix="use a site whose scheduler is slurm (or local, for `shell`): "
-                             "--site SITE; or submit the job: hpctrain submit JOB")
+                             fix="shell: a site whose scheduler is slurm or local; attach: slurm "
+                             "or ssh (--site SITE); or submit the job: hpctrain submit JOB")
 
     def fetch(self, run: Run) -> None:
         """Bring the run's files here where its nodes keep them (`logs` calls this first)."""

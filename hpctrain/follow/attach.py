@@ -2,7 +2,7 @@
 rank's Python stack now, the job left running.
 
 The backend says how a command reaches a node of the running job (Slurm: srun --jobid
---overlap). The stacks are the hang watcher's dump: SIGQUIT to each rank (rank/stacks.py, run on
+--overlap; ssh sites: ssh to the host). The stacks are the hang watcher's dump: SIGQUIT to each rank (rank/stacks.py, run on
 every node by the installed hpctrain's interpreter), on which the bootstrap's faulthandler writes
 every thread's stack to the rank's log; they are read from there. Logs and identities are the run
 directory's: data, shown (control characters escaped), never run.
@@ -72,7 +72,6 @@ def attach(ref: str, node: str | None = None, rank: int | None = None) -> None:
 
 def stacks(ref: str) -> Iterator[str]:
     """Every rank's stack, as lines: a heading per rank, then its dump."""
-    from ..backends import commands
     from ..rank.records import read_identities
     run, chosen, nodes = _running(ref)
     ranks = sorted((i for i in read_identities(str(run.path)) if i.node in nodes),
@@ -82,13 +81,7 @@ def stacks(ref: str) -> Iterator[str]:
                             fix=f"wait for its ranks to start: hpctrain status {run.id} --ranks")
     logs = {i.rank: run.path / "logs" / f"rank-{i.rank}.log" for i in ranks}
     before = {r: _size(p) for r, p in logs.items()}
-    command = chosen.on_nodes_command(
-        run, [sys.executable, "-m", "hpctrain.rank", "stacks", str(run.path)])
-    try:
-        out = commands.run(command, timeout=60)
-    except commands.SchedulerError as exc:
-        raise HpctrainError(f"could not reach the nodes of run {run.id}: {exc.stderr or exc}",
-                            fix="check that the job still runs: hpctrain status " + run.id) from None
+    out = chosen.on_nodes(run, [sys.executable, "-m", "hpctrain.rank", "stacks", str(run.path)])
     signalled = {int(m.group(1)) for m in re.finditer(r"hpctrain stacks: rank (\d+) ", out)}
     dumps = _wait_for_dumps({r: logs[r] for r in signalled if r in logs}, before)
     for ident in ranks:

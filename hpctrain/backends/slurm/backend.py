@@ -76,9 +76,14 @@ class SlurmBackend(Backend):
         from .interactive import job_nodes
         return job_nodes(str(run.record.job_id))
 
-    def on_nodes_command(self, run: Run, command: list[str]) -> list[str]:
+    def on_nodes(self, run: Run, command: list[str]) -> str:
         from .interactive import on_nodes_command
-        return on_nodes_command(str(run.record.job_id), self.job_nodes(run), command)
+        try:
+            return commands.run(on_nodes_command(str(run.record.job_id), self.job_nodes(run),
+                                                 command), timeout=60)
+        except commands.SchedulerError as exc:
+            raise HpctrainError(f"could not reach the nodes of run {run.id}: {exc.stderr or exc}",
+                                fix=f"check that the job still runs: hpctrain status {run.id}") from None
 
     @classmethod
     def check_site(cls, site, doc) -> None:

@@ -401,6 +401,36 @@ class SshBackend(Backend):
             except SchedulerError:
                 pass
 
+    # ------------------------------------------------------------------------------ attach
+
+    def job_nodes(self, run: Run) -> list[str]:
+        info = _info(run)
+        if info is None or self.state(run).state != State.RUNNING:
+            return []
+        return list(info["hosts"])
+
+    def attach_command(self, run: Run, node: str) -> list[str]:
+        """ssh -t to the host, a login shell's bash in the run directory."""
+        cmd = _ssh(run).command(node, ["bash", "-c", 'cd "$1" 2>/dev/null; exec bash -i',
+                                       "hpctrain-attach", str(run.path)])
+        at = cmd.index("--")
+        return [*cmd[:at], "-t", *cmd[at:]]
+
+    def on_nodes(self, run: Run, command: list[str]) -> str:
+        info = _info(run) or {}
+        if info.get("sync") == "rsync":
+            raise HpctrainError(f"run {run.id}'s hosts keep their own logs (sync: rsync): "
+                                "attach --stacks reads them where they are shared only",
+                                fix=f"hpctrain attach {run.id} --node HOST, then kill -QUIT a "
+                                "rank's pid (status/rank-R.json): its log shows the stack")
+        ssh = _ssh(run)
+        results = ssh.run_many({host: command for host in self.job_nodes(run)}, timeout=60)
+        for r in results.values():
+            if r.status != 0:
+                what, fix = openssh.problem(r, ssh.connect_timeout)
+                raise HpctrainError(f"could not reach {r.host} for run {run.id}: {what}", fix=fix)
+        return "".join(r.stdout for r in results.values())
+
     def output_files(self, run: Run, task: int | None = None) -> list[Path]:
         from ..local import LocalBackend
         return LocalBackend().output_files(run, task)
