@@ -27,7 +27,8 @@ CFG = {**health.DEFAULTS, "expected_gpus": 4}
 
 
 def rows(gpus=4, fault=""):
-    return health.parse_gpus("\n".join(FAKE.health_rows(gpus, FAKE.faults(fault))))
+    return health.parse_gpus("\n".join(FAKE.health_rows(gpus, FAKE.faults(fault),
+                                                        health.GPU_FIELDS)))
 
 
 def remaps(gpus=4, fault=""):
@@ -39,8 +40,9 @@ def problems(fault="", **cfg):
 
 
 def test_the_real_h100_output_is_healthy():
-    (line,) = FAKE.recorded(f"--query-gpu={health.GPU_FIELDS} --format=csv,noheader,nounits")
-    (gpu,) = health.parse_gpus(line)  # the query the gate sends is the one recorded
+    (line,) = FAKE.recorded(f"--query-gpu={FAKE.RECORDED_QUERY} --format=csv,noheader,nounits")
+    recorded = dict(zip(FAKE.RECORDED_QUERY.split(","), line.split(", ")))
+    (gpu,) = health.parse_gpus(", ".join(recorded[f] for f in health.GPU_FIELDS.split(",")))
     assert gpu["uuid"] == "GPU-c1f2461c-ed11-f4b9-2868-865409eb3d5b"
     assert gpu["driver_version"] == "580.159.04" and gpu["retired_pages.pending"] == "[N/A]"
     remap = health.parse_remaps("\n".join(FAKE.recorded(
@@ -86,7 +88,8 @@ def test_the_gate_reads_nvidia_smi_and_fails_when_it_fails(monkeypatch):
     answers = {}
     monkeypatch.setattr(health.shutil, "which", lambda name: "/bin/" + name)
     monkeypatch.setattr(health, "_smi", lambda args, timeout: answers[args[0].split("=")[0]])
-    answers["--query-gpu"] = (0, "\n".join(FAKE.health_rows(4, FAKE.faults("ecc:1:2"))))
+    answers["--query-gpu"] = (0, "\n".join(FAKE.health_rows(4, FAKE.faults("ecc:1:2"),
+                                                           health.GPU_FIELDS)))
     answers["--query-remapped-rows"] = (0, "\n".join(FAKE.remap_rows(4, {})))
     verdict = health.gate(CFG, "node2")
     assert not verdict["ok"] and verdict["driver"] == "580.159.04" and len(verdict["gpus"]) == 4
@@ -94,6 +97,13 @@ def test_the_gate_reads_nvidia_smi_and_fails_when_it_fails(monkeypatch):
     answers["--query-gpu"] = (124, "nvidia-smi did not answer within 30 s")
     (hung,) = health.gate(CFG, "node2")["problems"]
     assert hung["message"] == "nvidia-smi failed (status 124): nvidia-smi did not answer within 30 s"
+    # A driver whose nvidia-smi does not know a field (the real error text): no verdict, no fault.
+    answers["--query-gpu"] = (2, "\n".join(FAKE.recorded(
+        "--query-gpu=bogus.field --format=csv")))
+    refused = health.gate(CFG, "node2")
+    assert refused["ok"] and refused["notes"] == [
+        'nvidia-smi refused the gate\'s query: Field "bogus.field" is not a valid field to query.; '
+        "the GPUs were not checked"]
     monkeypatch.setattr(health.shutil, "which", lambda name: None)
     absent = health.gate(CFG, "node2")
     assert absent["ok"] and absent["notes"] == ["nvidia-smi is not on PATH: the GPUs were not checked"]
@@ -192,7 +202,7 @@ def test_a_single_node_gets_the_gate_in_its_agent_and_a_failure_is_written_as_th
     monkeypatch.setenv("HPCTRAIN_RUN_DIR", str(run))
     monkeypatch.setenv("SLURMD_NODENAME", "node3")
     monkeypatch.setattr(health.shutil, "which", lambda name: "/bin/" + name)
-    rows = {"--query-gpu": (0, "\n".join(FAKE.health_rows(3, {}))),
+    rows = {"--query-gpu": (0, "\n".join(FAKE.health_rows(3, {}, health.GPU_FIELDS))),
             "--query-remapped-rows": (0, "\n".join(FAKE.remap_rows(3, {})))}
     monkeypatch.setattr(health, "_smi", lambda args, timeout: rows[args[0].split("=")[0]])
     assert preflight.health_only() == 1
