@@ -78,13 +78,12 @@ def attempt(directory: str, job: str, number: int) -> dict:
         names = []
     nodes = [_read(os.path.join(directory, n)) for n in names]
     imported = [t for t in (_time(n.get("imported")) for n in nodes) if t is not None]
-    ready = [max(t for t in (_time(n.get("imported")), _time(n.get("checked"))) if t is not None)
-             for n in nodes if _time(n.get("imported")) or _time(n.get("checked"))]
+    checked = [t for t in (_time(n.get("checked")) for n in nodes) if t is not None]
     gate = [s for s in (_seconds(n.get("health_s")) for n in nodes) if s is not None]
     started = _time(shell.get("started"))
     points = [("setup", _time(shell.get("setup"))),
               ("imports", max(imported) if imported else None),
-              ("health", max(ready) if ready else None),
+              ("health", max(imported + checked) if checked else None),
               ("rendezvous", _time(rank0.get("rank_start"))),
               ("library", _time(rank0.get("first_step")))]
     phases: dict[str, float | None] = dict.fromkeys(PHASES)

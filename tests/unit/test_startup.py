@@ -51,11 +51,17 @@ def test_a_missing_mark_counts_in_the_next_phase_and_an_attempt_without_a_step_s
     d = "78-1"
     write(tmp_path, d, "shell.json", {"started": str(T + 100), "setup": str(T + 103)})
     write(tmp_path, d, "rank-0.json", {"rank_start": T + 110})  # no node marks, no step yet
-    first, second = startup.attempts(str(tmp_path))
+    write(tmp_path, "79-2", "shell.json", {"started": T + 200, "setup": T + 201})
+    write(tmp_path, "79-2", "node-a.json", {"launch": T + 201, "imported": T + 204})  # no check
+    write(tmp_path, "79-2", "rank-0.json", {"rank_start": T + 205, "first_step": T + 209})
+    first, second, third = startup.attempts(str(tmp_path))
+    assert third["phases"] == {"setup": 1.0, "imports": 3.0, "health": None, "rendezvous": 1.0,
+                               "library": 4.0}
     assert first["job_id"] == "77" and "queued_s" not in first
     assert second["phases"] == {"setup": 3.0, "imports": None, "health": None,
                                 "rendezvous": 7.0, "library": None}
     assert startup.line([first, second]) == "no first step yet (attempt 2): setup 3.0, rendezvous 7.0"
+    assert startup.line([first, second, third]).startswith("first step 9.0 s after start (attempt 3)")
 
 
 def test_untrusted_marks_are_read_bounded_and_checked(tmp_path):
