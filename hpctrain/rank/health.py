@@ -40,13 +40,9 @@ DEFAULTS = {"gpus": True, "ecc": True, "retired_pages": True, "row_remap": True,
 
 def settings(run_dir: str) -> dict | None:
     """bootstrap.json's "health" ({expected_gpus, checks...}), or None: no gate."""
-    from .records import read_json
-    try:
-        data = read_json(os.path.join(run_dir, "bootstrap.json"))
-    except (OSError, ValueError):
-        return None
-    health = data.get("health") if isinstance(data, dict) else None
-    if not isinstance(health, dict) or not isinstance(health.get("expected_gpus"), int):
+    from .records import bootstrap_section
+    health = bootstrap_section(run_dir, "health")
+    if health is None or not isinstance(health.get("expected_gpus"), int):
         return None
     return {**DEFAULTS, **health}
 

@@ -114,6 +114,17 @@ def read_json(path: str) -> Any:
         raise RecordError(f"{path}: nested too deeply") from None
 
 
+def bootstrap_section(run_dir: str, key: str) -> dict | None:
+    """One mapping of the run's bootstrap.json (a run directory's: untrusted), or None when
+    it is missing or not a mapping."""
+    try:
+        data = read_json(os.path.join(run_dir, "bootstrap.json"))
+    except (OSError, ValueError):
+        return None
+    section = data.get(key) if isinstance(data, dict) else None
+    return section if isinstance(section, dict) else None
+
+
 def write_json(path: str, data: Any, indent: int | None = 2) -> None:
     """Write atomically: a reader sees the old file or the new one, never half of one."""
     directory, name = os.path.split(path)

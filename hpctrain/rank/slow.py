@@ -19,18 +19,14 @@ import os
 import statistics
 from types import SimpleNamespace
 
-from .records import ExcludedNode, now, read_excluded, read_identities, read_json, \
+from .records import ExcludedNode, bootstrap_section, now, read_excluded, read_identities, \
     read_progress, write_excluded, write_json
 
 
 def settings(run_dir: str) -> dict | None:
     """bootstrap.json's "slow_ranks" {factor, window, exclude}, or None: not judged."""
-    try:
-        data = read_json(os.path.join(run_dir, "bootstrap.json"))
-    except (OSError, ValueError):
-        return None
-    cfg = data.get("slow_ranks") if isinstance(data, dict) else None
-    if not isinstance(cfg, dict):
+    cfg = bootstrap_section(run_dir, "slow_ranks")
+    if cfg is None:
         return None
     factor, window = cfg.get("factor"), cfg.get("window")
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (factor, window)):
