@@ -111,8 +111,9 @@ def _hang_up_with_parent() -> None:
 def _allocation(run: Run) -> str | None:
     """The allocation's job id the shell command wrote (data: checked by the backend's pattern)."""
     import re
-    try:
-        text = (run.path / ALLOCATION).read_text(errors="replace").strip()
+    from .runs.untrusted import read_text
+    try:  # (a run directory is shared: a pipe or a huge file there must not hang or fill memory)
+        text = read_text(run.path / ALLOCATION, limit=256).strip()
     except OSError:
         return None
     pattern = backend_class(run.record.backend).job_id_pattern

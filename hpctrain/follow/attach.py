@@ -19,7 +19,7 @@ from typing import Iterator
 from ..backends import for_run
 from ..errors import HpctrainError
 from ..runs.records import Run
-from ..runs.untrusted import NODE
+from ..runs.untrusted import NODE, open_regular
 from .operate import resolve
 
 _HEADER = re.compile(r"(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
@@ -121,9 +121,12 @@ def _wait_for_dumps(logs: dict[int, Path], before: dict[int, int]) -> dict[int, 
 
 
 def _read_from(path: Path, start: int, end: int) -> str:
-    with open(path, "rb") as f:
-        f.seek(start)
-        return f.read(min(end - start, 1 << 20)).decode("utf-8", errors="replace")
+    try:  # a rank's log in a shared run directory: regular files only (a pipe would hang)
+        with open_regular(path) as f:
+            f.seek(start)
+            return f.read(min(end - start, 1 << 20)).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _dump(text: str) -> list[str]:

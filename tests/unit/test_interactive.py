@@ -109,3 +109,23 @@ def test_a_dump_is_cut_from_the_log_around_it():
     assert _dump("Current thread 0x1 (most recent call first):\n  File \"\x1b]0;x\", line 1 in f\n") \
         == ["Current thread 0x1 (most recent call first):", '  File "\\x1b]0;x", line 1 in f']
     assert _dump("no dump here\n") == []
+
+
+def test_the_allocation_file_is_read_as_untrusted_data(tmp_path):
+    # A shared run directory: a pipe must not hang `hpctrain launch` or status, a huge file not
+    # fill memory, and only a job id the backend's pattern accepts is taken.
+    import os
+    from types import SimpleNamespace
+    from hpctrain.interactive import ALLOCATION, _allocation
+    run = SimpleNamespace(path=tmp_path, record=SimpleNamespace(backend="slurm"))
+    where = tmp_path / ALLOCATION
+    where.parent.mkdir(parents=True)
+    os.mkfifo(where)
+    assert _allocation(run) is None
+    where.unlink()
+    where.write_text("4242\n" + "x" * 10_000)
+    assert _allocation(run) is None
+    where.write_text("4242; touch /tmp/owned\n")
+    assert _allocation(run) is None
+    where.write_text("4242\n")
+    assert _allocation(run) == "4242"
