@@ -534,10 +534,11 @@ failure_cause() {
   [[ -r "$RUN_DIR/status/first-failed-host" ]] || return 0
   read -r -a first <"$RUN_DIR/status/first-failed-host"
   if [[ -r "$RUN_DIR/logs/job.out" ]]; then
-    # torchrun's "Root Cause" blocks: RANK MESSAGE, for ranks that a signal ended. A rank
-    # killed on the host that failed first; else any killed rank: the host whose peers lost it
-    # can end its step first (their errors come as soon as the connection closes), and the
-    # killed rank is the cause all the same.
+    # torchrun's failure summaries: RANK MESSAGE, for ranks that a signal ended, from its "Root
+    # Cause" and its other "Failures" alike (a peer that lost the killed rank may end first and
+    # be torchrun's root cause; the SIGTERM it then sends the rest is no cause). A rank killed on the host that failed first; else any killed
+    # rank: the host whose peers lost it can end its step first (their errors come as soon as
+    # the connection closes), and the killed rank is the cause all the same.
     local killed=""
     while read -r rank message; do
       node=$(grep -o '"node": *"[^"]*"' "$RUN_DIR/status/rank-$rank.json" 2>/dev/null | sed 's/.*"\([^"]*\)"$/\1/') || node=
@@ -547,12 +548,16 @@ failure_cause() {
       fi
       [[ -n $killed ]] || killed="rank $rank on ${node:-?} was killed: $message (torchrun's report; the ranks that lost it failed after it)"
     done < <(tail -n 5000 "$RUN_DIR/logs/job.out" | awk '
-      /^Root Cause \(first observed failure\):/ {block = 1; next}
+      /^Failures:$/ {summary = 1; other = 1; next}
+      /^Root Cause \(first observed failure\):$/ {summary = 1; other = 0; next}
+      /^=+$/ {summary = 0; block = 0; next}
+      summary && /^\[[0-9]+\]:$/ {block = 1; next}
       block && /^  rank *:/ {r = $0; sub(/^  rank *: */, "", r); sub(/ .*/, "", r)}
       block && /^  exitcode *:/ {c = $0; sub(/^  exitcode *: */, "", c); sub(/ .*/, "", c)}
       block && /^  traceback *:/ {
         m = $0; sub(/^  traceback *: */, "", m); block = 0
-        if (c ~ /^-[0-9]+$/) print r, m
+        # (among the others, SIGTERM is torchrun stopping the rest of its group)
+        if (c ~ /^-[0-9]+$/ && !(other && c == "-15")) print r, m
       }')
     if [[ -n $killed ]]; then
       echo "$killed"
