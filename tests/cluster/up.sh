@@ -190,7 +190,8 @@ write_if_changed() {
 
 # node_states: "NAME STATE" per node, from the controller (partition debug has them all once).
 node_states() {
-    timeout 5 sinfo -h -N -p debug -o '%N %t' 2>/dev/null
+    # (15 s: a controller busy with a loaded 2-core machine's jobs answers late, not never)
+    timeout 15 sinfo -h -N -p debug -o '%N %t' 2>/dev/null
 }
 
 # The daemons, namespaces and files that make the cluster (everything but the sshds, the hosts
