@@ -18,11 +18,11 @@ from typing import Iterator
 
 from ..backends import for_run
 from ..errors import HpctrainError
+from ..rank.culprit import DUMP_HEAD
 from ..runs.records import Run
 from ..runs.untrusted import NODE, open_regular
 from .operate import resolve
 
-_HEADER = re.compile(r"(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 DUMP_WAIT_S = 20.0  # how long the ranks' logs may take to show their dumps
 
@@ -133,12 +133,12 @@ def _dump(text: str) -> list[str]:
     """The faulthandler's lines in a stretch of a rank's log: from its first thread heading,
     while the lines are headings, indented frames or blank."""
     lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if _HEADER.fullmatch(line)), None)
+    start = next((i for i, line in enumerate(lines) if DUMP_HEAD.match(line)), None)
     if start is None:
         return []
     out = []
     for line in lines[start:]:
-        if not (_HEADER.fullmatch(line) or line.startswith("  ") or not line.strip()):
+        if not (DUMP_HEAD.match(line) or line.startswith("  ") or not line.strip()):
             break
         out.append(_UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", line))
     while out and not out[-1].strip():

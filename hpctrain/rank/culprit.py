@@ -23,7 +23,8 @@ from collections import Counter
 from .records import JobFailure
 
 TAIL = 1 << 20  # bytes of a rank's log read back
-_HEAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):$")
+# A thread's heading in a faulthandler dump (the bootstrap's, on SIGQUIT).
+DUMP_HEAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):$")
 _FRAME = re.compile(r'^  File "(.{1,4096})", line ([0-9]{1,9}) in (.{1,256})$')
 _TORCH_DIST = "/torch/distributed/"
 
@@ -33,7 +34,7 @@ def main_stack(text: str) -> list[tuple[str, int, str]] | None:
     stacks: list[list[tuple[str, int, str]]] = []
     current: list[tuple[str, int, str]] | None = None
     for line in text.splitlines():
-        if _HEAD.match(line):
+        if DUMP_HEAD.match(line):
             current = []
             stacks.append(current)
             continue

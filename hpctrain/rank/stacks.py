@@ -6,17 +6,13 @@ same one. The caller reads the logs; this prints one line per rank signalled.
 """
 import os
 import signal
-import socket
 
-from .records import read_identities
-from .watch import _is_rank
+from .watch import node_ranks
 
 
 def signal_ranks(run_dir: str) -> int:
-    me = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    for ident in read_identities(run_dir):
-        if ident.node != me or not ident.pid or not _is_rank(ident.pid, run_dir):
-            continue
+    me, ranks = node_ranks(run_dir)
+    for ident in ranks:
         try:
             os.kill(ident.pid, signal.SIGQUIT)
         except ProcessLookupError:

@@ -26,7 +26,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .records import (JobFailure, now, read_identities, read_progress, write_job_failure)
+from .records import (JobFailure, RankIdentity, now, read_identities, read_progress,
+                      write_job_failure)
 
 HANG_STATUS = 3
 
@@ -134,12 +135,19 @@ def _is_rank(pid: int, run_dir: str) -> bool:
     return b"bootstrap.json" in cmdline and f"HPCTRAIN_RUN_DIR={run_dir}".encode() in environ
 
 
+def node_ranks(run_dir: str) -> tuple[str, list[RankIdentity]]:
+    """(this node's name, the run's ranks that run here now): their records checked against
+    /proc, so that a reused pid is never signalled."""
+    me = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return me, [i for i in read_identities(run_dir)
+                if i.node == me and i.pid and _is_rank(i.pid, run_dir)]
+
+
 def kill_ranks(run_dir: str, grace: float = 2.0) -> int:
     """End this node's ranks of the run: SIGQUIT (a stack dump in each rank's log), then
     SIGKILL. Run on every node by the batch shell after a hang."""
-    me = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    pids = [i.pid for i in read_identities(run_dir)
-            if i.node == me and i.pid and _is_rank(i.pid, run_dir)]
+    me, ranks = node_ranks(run_dir)
+    pids = [i.pid for i in ranks]
     for pid in pids:
         try:
             os.kill(pid, signal.SIGQUIT)
