@@ -422,6 +422,8 @@ class Sampler:
                         rss = next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), None)
                 except (OSError, ValueError, IndexError):
                     continue
+                if rss is None:  # a zombie: the rank has ended and its memory is gone
+                    continue
                 before = self.cpu_prev.get(pid)
                 self.cpu_prev[pid] = (now, cpu)
                 if before is None or now <= before[0]:

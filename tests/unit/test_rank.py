@@ -290,3 +290,35 @@ def test_the_last_report_is_written_at_exit(tmp_path):
     from hpctrain.rank.records import read_progress
     [p] = read_progress(str(tmp_path / "run"))
     assert (p.step, p.metrics) == (5, {"reward": 5.0})
+
+
+def test_cpu_sampler_leaves_out_a_rank_that_has_ended(tmp_path, monkeypatch):
+    """An ended rank not yet reaped is a zombie: /proc still lists it, without VmRSS. The sampler
+    gives the live rank's row and leaves the ended one out, rather than a row without memory."""
+    import time
+    from hpctrain.rank import sampler
+    from hpctrain.rank.records import write_identity
+    (tmp_path / "bootstrap.json").write_text(json.dumps({"sample_every": 0.2}))
+    live = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while "Z" not in Path(f"/proc/{ended.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]:
+            time.sleep(0.05)
+        node = sampler.node_name()
+        for rank, proc in enumerate((live, ended)):
+            write_identity(str(tmp_path / "status"), RankIdentity(
+                rank=rank, local_rank=rank, world_size=2, local_world_size=2, node=node,
+                pid=proc.pid, started=time.time()))
+        s = sampler.Sampler(str(tmp_path), os.getppid(), 1)
+        ticks = iter([True, True, True, False])
+        monkeypatch.setattr(s, "parent_alive", lambda: next(ticks))
+        s.ranks()
+        s.out.close()
+    finally:
+        live.kill()
+        live.wait()
+        ended.wait()
+    rows = [r for x in (tmp_path / "usage").glob("*.jsonl")
+            for line in x.read_text().splitlines() for r in json.loads(line).get("r", [])]
+    assert rows and {r[0] for r in rows} == {0}, rows
+    assert all(r[1] > 10 and r[2] > 1000 for r in rows), rows
