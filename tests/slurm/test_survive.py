@@ -327,36 +327,47 @@ def test_scancel_before_the_ranks_start_ends_the_job_without_a_preflight(cli, cl
         assert json.loads(failure.read_text())["reason"] == "cancelled"
 
 
-def test_rank_blocked_in_a_collective_is_named_and_restarted(cli, cluster):
-    """Issue 12, item 3: rank 3 blocks forever in a receive nobody answers, the others wait for
-    it in their next all-reduce. After launcher.hang_timeout without progress the watcher names
-    rank 3 and its node, the ranks are ended on both nodes (a stack dump first) and torchrun
-    restarts them from the newest checkpoint; the job completes."""
+def test_rank_blocked_in_a_collective_is_named_and_its_node_left_out(cli, cluster, tmp_path, monkeypatch):
+    """Issue 12, item 3 and issue 29, item 6: rank 3 blocks forever in a receive nobody answers,
+    the others wait for it in their next all-reduce. After launcher.hang_timeout without
+    progress the watcher ends the ranks on both nodes (a stack dump first); their stacks single
+    out rank 3, the one not in the all-reduce, and its node. The batch shell requeues the job
+    without that node, the requeued run resumes from the newest checkpoint and completes, and
+    `status` tells the story: the hang, the node left out, the completion."""
     job_id, run_dir = submitted(cli(
-        "submit", JOB, "--site", cluster, "--set", f"python={sys.executable}",
+        "submit", JOB, "--site", _exclusive_site(tmp_path, monkeypatch), "--set", f"python={sys.executable}",
         "--set", "script=tests/programs/hang_once.py",
         "--set", "args=[--iterations,12,--sleep,0.3,--hang-at,5,--hang-rank,3]",
-        "--set", "launcher.hang_timeout=15", "--set", "launcher.max_restarts=1").stdout)
+        "--set", "launcher.hang_timeout=15", "--set", "launcher.max_restarts=0").stdout)
     info = wait_for_job(job_id, timeout=400)
     log = slurm_log(run_dir)
     assert info["JobState"] == "COMPLETED", log[-4000:]
-    assert info["Restarts"] == "0", info  # restarted inside the allocation
+    assert info["Restarts"] == "1", info
     assert (run_dir / "results" / "hung-once").exists()
     assert re.search(r"hpctrain: hang: no rank has progressed for 15 s: ending the ranks", log), log
     [hang] = [json.loads(line) for line in (run_dir / "status" / "failures.jsonl").read_text().splitlines()]
     assert hang["reason"] == "hang", hang
-    [stuck] = hang["ranks"]
-    assert stuck["rank"] == 3 and stuck["step"] == 5 and re.fullmatch(r"node\d", stuck["node"]), hang
-    assert f"stuck rank 3 on {stuck['node']} at iteration 5" in hang["message"], hang
-    assert hang["nodes"] == [stuck["node"]], hang
+    culprit = hang["nodes"]
+    assert len(culprit) == 1 and re.fullmatch(r"node\d", culprit[0]), hang
+    [node] = culprit
+    # Its progress alone singles it out here (one iteration behind the others).
+    assert f"stuck rank 3 on {node} at iteration 5" in hang["message"], hang
+    assert [(r["rank"], r["node"]) for r in hang["ranks"]] == [(3, node)], hang
     rank3 = (run_dir / "logs" / "rank-3.log").read_text(errors="replace")
     assert "blocking forever at iteration 5" in rank3
     # The stack dump the watcher asked for (SIGQUIT, faulthandler) before ending it.
     assert re.search(r"(Current thread|Thread) 0x[0-9a-f]+", rank3) and "hang_once.py\", line" in rank3, rank3[-3000:]
+    # Requeued without the culprit's node, resumed from rank 0's newest checkpoint.
+    assert node in _hostnames(info["ExcNodeList"]) and node not in _hostnames(info["NodeList"]), info
     runs = attempts(run_dir)
     assert sorted(a["rank"] for a in runs) == [0, 1, 2, 3], runs
-    assert {a["started_from"] for a in runs} == {6}, runs  # rank 0's newest checkpoint
+    assert {a["job_restart"] for a in runs} == {1} and node not in {a["host"] for a in runs}, runs
+    assert {a["started_from"] for a in runs} == {6}, runs
     assert not (run_dir / "status" / "failure.json").exists()
+    status = cli("status", str(run_dir)).stdout
+    assert re.search(rf"^attempt 1 hang: .*stuck rank 3 on {node}\b.*; requeued without {node}$", status, re.M), status
+    assert re.search(r"^now +COMPLETED", status, re.M), status
+    assert re.search(rf"^excluded  {node}: hang: ", status, re.M), status
 
 
 TRACKED = """\
