@@ -85,9 +85,13 @@ def check_job(job: str | None, site: str | None, overrides=()) -> Job:
     # A check, not a training run: it must end with its verdict, never be requeued (a requeue
     # that leaves out the node it blames could never start on the two nodes it names).
     preemption = dict(msgspec.to_builtins(base.spec.preemption), enabled=False, requeue=False)
+    # The network floor's own measurement, against the job's floor (0 without one: shown only).
+    health = dict(msgspec.to_builtins(base.spec.health),
+                  allreduce_min_gbps=base.spec.health.allreduce_min_gbps or 0)
     return load_job(
         base, script=str(CHECK_PROGRAM), args=[], name=f"doctor-{base.spec.name}"[:60],
         sweep=None, after=[], setup=list(base.spec.setup) + [line], preemption=preemption,
+        health=health,
         resources=msgspec.to_builtins(msgspec.structs.replace(
             base.spec.resources, nodes=NODES, time="00:10:00")))
 
@@ -123,6 +127,7 @@ def judge(run: Run, state: str, job: Job) -> Report:
     world = plan.nnodes * plan.nproc_per_node
     checks = [_names(facts, plan), _writable(facts, ranks, d)]
     checks.append(_rendezvous(ranks, world, failure, checks, plan))
+    checks.append(_network(str(d), failure))
     checks.append(_allreduce(ranks))
     checks.append(_pinning(ranks))
     return Report(run_id=run.id, run_dir=str(d), state=state, checks=checks)
@@ -184,6 +189,9 @@ def _rendezvous(ranks, world, failure, before: list[Check], plan) -> Check:
     reason = failure.reason if failure else None
     if reason == "setup" and any(c.verdict == FAIL for c in before):
         return Check(name=name, verdict=NOT_RUN, detail="the job stopped before it: see above")
+    if reason == "preflight" and "network floor: " in failure.message:
+        return Check(name=name, verdict=NOT_RUN, detail="the nodes met; the network floor "
+                     "stopped the job before the ranks started: see below")
     if reason == "preflight":
         ports = (str(plan.port_fixed) if plan.port_fixed else
                  f"{plan.port_base}-{plan.port_base + 2 * plan.port_slots - 1}")
@@ -195,6 +203,26 @@ def _rendezvous(ranks, world, failure, before: list[Check], plan) -> Check:
               + (f"; the job ended: {failure.reason}: {failure.message}" if failure else ""))
     return Check(name=name, verdict=FAIL, detail=detail,
                  fix="hpctrain logs RUN shows each rank's output")
+
+
+def _network(run_dir: str, failure) -> Check:
+    """The network floor's measurement (rank/netfloor.py), the launch's own."""
+    from .rank.netfloor import read
+    name = "network floor"
+    m = read(run_dir)
+    if m is None or not isinstance(m.get("message"), str):
+        detail = "the job stopped before it: see above" if failure else "no measurement"
+        return Check(name=name, verdict=NOT_RUN, detail=detail)
+    text = m["message"][:500]
+    if m.get("passed") is True:
+        floor = m.get("floor_gbps")
+        if not floor:
+            text += "; no floor set: health.allreduce_min_gbps in the site or job"
+        return Check(name=name, verdict=PASS, detail=f"{m.get('backend', '?')}, {text}")
+    return Check(name=name, verdict=FAIL, detail=text,
+                 fix="the nodes' network carries less than the floor: check that NCCL uses the "
+                 "fast fabric (NCCL_SOCKET_IFNAME, NCCL_IB_HCA in the site's env), or ask the "
+                 "admins about the nodes named; the job leaves them out at its requeue")
 
 
 def _allreduce(ranks: list[dict]) -> Check:

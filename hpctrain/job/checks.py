@@ -162,6 +162,11 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
         warnings.append(f"{where(('health', 'enabled'))}: with the {spec.library} library the "
                         "health gate runs in the node check of multi-node jobs (launcher."
                         "preflight): this job's nodes are not checked")
+    if spec.health.allreduce_min_gbps is not None and spec.resources.nodes > 1 \
+            and spec.launcher.preflight is False:
+        warnings.append(f"{where(('launcher', 'preflight'))}: the network floor (health."
+                        "allreduce_min_gbps) is measured after the node check: with it off, "
+                        "this job's network is not measured")
     return list(dict.fromkeys(warnings))
 
 

@@ -159,6 +159,15 @@ def health_gate(spec, preflight: bool, launcher: str) -> dict | None:
             "timeout": h.timeout}
 
 
+def netfloor(spec, preflight: bool, job: Job) -> dict | None:
+    """bootstrap.json's "netfloor" (rank/netfloor.py): measured after the node check of a
+    multi-node launch, which it needs; None: not measured."""
+    floor = spec.health.allreduce_min_gbps
+    if floor is None or spec.resources.nodes < 2 or not preflight:
+        return None
+    return {"min_gbps": floor, "timeout": preemption.preflight_timeout(job)}
+
+
 def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan:
     """The plan of one job in run_dir; code_dir: where the code snapshot lies (None: the job
     runs the live tree)."""
@@ -226,6 +235,7 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
         idle_gpus=({"below": spec.idle_gpus.below, "for": spec.idle_gpus.seconds}
                    if spec.idle_gpus and spec.sample_every else None),
         health=health_gate(spec, preflight, lib.launcher),
+        netfloor=netfloor(spec, preflight, job),
         slow_ranks=({"factor": spec.health.slow_rank_factor, "window": spec.health.slow_rank_window,
                      "exclude": spec.health.exclude_slow_nodes}
                     if spec.health.slow_rank_factor and spec.resources.nodes * ppn > 1 else None),

@@ -3,6 +3,7 @@
     run CONFIG.json                        bootstrap one rank (torchrun or srun start it)
     launch TIMEOUT TORCHRUN-ARGS...        one node's launch: the node barrier, then torchrun's agent
     preflight TIMEOUT                      the node barrier alone, one task per node
+    netfloor TIMEOUT MIN_GBPS              one node's part of the network floor (netfloor.py, preflight.py)
     summarize RUN_DIR REASON STATUS [MSG]  write status/failure.json (the batch shell, on failure)
     probe facts|reach|gate ...             what a node says about itself (probe.py: site detect, doctor)
     container RUNTIME... -- RUN-ARGS...    one task's Podman/Docker container, signals forwarded
@@ -73,6 +74,8 @@ def main(args: list[str]) -> int:
         return _module("preflight").launch(float(rest[0]), rest[1:])
     if command == "preflight" and len(rest) == 1:
         return _module("preflight").step(float(rest[0]))
+    if command == "netfloor" and len(rest) == 2:
+        return _module("preflight").network_floor(rest[0], rest[1])
     if command == "container":
         return _module("container").main(rest)
     if command == "summarize" and len(rest) >= 3 and rest[2].lstrip("-").isdigit():

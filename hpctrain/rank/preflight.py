@@ -238,11 +238,67 @@ def nodes(timeout: float, marks: dict | None = None) -> int:
     return 0
 
 
+def _network_floor() -> int:
+    """After the node check passed on every node: the network floor where the job sets one
+    (rank/netfloor.py), this node's exit status."""
+    from .records import bootstrap_section
+    run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
+    settings = bootstrap_section(run_dir, "netfloor") if run_dir else None
+    if not settings or not isinstance(settings.get("min_gbps"), (int, float)):
+        return 0
+    from . import netfloor
+    status = netfloor.run(settings)
+    if status is None:
+        me = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        return _fail(me, f"{me}: the network floor's all-reduce did not end in time")
+    return status
+
+
+def network_floor(timeout: str, floor: str) -> int:
+    """`rank netfloor TIMEOUT FLOOR` (rank/netfloor.py), one process per node: measure, judge,
+    and (the head) record; exit 0 when the floor holds, else 1 (every node says why: the
+    floor, or the measurement itself failed)."""
+    from .netfloor import RESULT, measure, verdict
+    env = os.environ
+    me = env.get("SLURMD_NODENAME") or socket.gethostname()
+    nodes = [x for x in env.get("HPCTRAIN_NODES", "").split(",") if x]
+    index = int(env.get("SLURM_NODEID") or env.get("HPCTRAIN_NODE_INDEX") or 0)
+    try:
+        result = measure(index, nodes, env["HPCTRAIN_HEAD"], int(env["HPCTRAIN_SPARE_PORT"]),
+                         float(timeout))
+    except Exception as exc:  # noqa: BLE001 (torch's collectives raise many kinds)
+        text = f"{me}: the network floor's all-reduce failed: {type(exc).__name__}: {exc}"[:2000]
+        if _is_head():
+            _record([], text)
+        return _fail(me, text)
+    pairs = {(a, b): gbps for a, b, gbps in result["pairs"]}
+    ok, blamed, text = verdict(nodes, result["world_gbps"], pairs, float(floor))
+    if _is_head():
+        run_dir = env.get("HPCTRAIN_RUN_DIR")
+        if run_dir:
+            from .records import write_json
+            try:
+                write_json(os.path.join(run_dir, "status", RESULT), {
+                    **result, "nodes": nodes, "floor_gbps": float(floor), "passed": ok,
+                    "blamed": blamed, "message": text, "time": time.time()})
+            except OSError:
+                pass
+        if not ok:
+            _record(blamed, text)
+    if not ok:
+        return _fail(me, text)
+    if _is_head():
+        _say(f"network floor: {text}")
+    return 0
+
+
 def step(timeout: float) -> int:
     """The node check as a step of its own (the tasks launcher: `rank preflight`), before the
     batch shell's set-up is over: of its marks, only the health gate's seconds are kept."""
     marks: dict = {}
     status = nodes(timeout, marks)
+    if status == 0:
+        status = _network_floor()
     if status == 0 and "health_s" in marks:
         phases.mark(phases.node_file(os.environ.get("SLURMD_NODENAME") or socket.gethostname()),
                     {"health_s": marks["health_s"]})
@@ -285,6 +341,8 @@ def launch(timeout: float, torchrun_args: list[str]) -> int:
     from torch.distributed import run as torchrun  # overlapped with the check
     marks["imported"] = time.time()
     check.join()
+    if outcome == [0]:
+        outcome = [_network_floor()]
     if not outcome or outcome[0] != 0:
         if not _is_head():
             time.sleep(5)

@@ -172,6 +172,7 @@ class RankConfig:
     idle_gpus: dict | None = None  # {"below": percent, "for": seconds}: stop on idle GPUs
     health: dict | None = None  # the node check's health gate (rank/health.py); None: none
     slow_ranks: dict | None = None  # {factor, window, exclude} (rank/slow.py); None: not judged
+    netfloor: dict | None = None  # {min_gbps, timeout} (rank/netfloor.py); None: not measured
     extra: dict = field(default_factory=dict)
 
     @classmethod

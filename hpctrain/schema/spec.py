@@ -231,8 +231,8 @@ class IdleGpus(_Strict):
 class Health(_Strict):
     """Each node's health gate before training (rank/health.py), read from nvidia-smi in the
     node check of the launch (or, without one, in each node's launch process before torchrun's
-    agent); a node that fails it is named and left out at the requeue. And
-    slow ranks, judged from their progress rates (rank/slow.py)."""
+    agent); a node that fails it is named and left out at the requeue. Slow ranks, judged
+    from their progress rates (rank/slow.py). And the network floor (rank/netfloor.py)."""
     enabled: Annotated[bool | None, Meta(description=(
             "check each node's GPUs before the ranks start; null: on for jobs that ask "
             "for GPUs"))] = None
@@ -263,6 +263,11 @@ class Health(_Strict):
     exclude_slow_nodes: Annotated[bool, Meta(description=(
             "leave a slow rank's node out at the next requeue (within "
             "preemption.max_excluded_nodes)"))] = False
+    allreduce_min_gbps: Annotated[Annotated[float, Meta(ge=0, le=100_000)] | None, Meta(description=(
+            "multi-node jobs: the nodes time an all-reduce (NCCL's ring on GPUs) before "
+            "training; bus bandwidth below this many Gbit/s stops the attempt and leaves out "
+            "the slowest pair's node at the requeue; 0: measured and shown, never failing; "
+            "null: not measured"))] = None
 
 
 class JobSpec(_Strict):

@@ -37,7 +37,11 @@ def test_doctor_healthy_cluster_passes_every_check_with_bandwidth(cli, cluster):
     proc = doctor(cli, cluster)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert verdicts(proc.stdout) == {"head name": "ok", "run directory": "ok", "rendezvous": "ok",
-                                     "all-reduce": "ok", "devices and env": "ok"}, proc.stdout
+                                     "network floor": "ok", "all-reduce": "ok",
+                                     "devices and env": "ok"}, proc.stdout
+    # The launch's own network floor measurement, without a floor: shown, never failing.
+    assert re.search(r"gloo, all-reduce bus bandwidth [\d.]+ Gbit/s across 2 nodes \(floor 0\); "
+                     r"no floor set: health\.allreduce_min_gbps", proc.stdout), proc.stdout
     assert re.search(r"'node1' resolves to 10\.231\.0\.11 on node[12], 10\.231\.0\.11 on node[12]",
                      proc.stdout), proc.stdout
     assert re.search(r"gloo, bus bandwidth 1KiB \S+ GB/s, 64KiB .* 8MiB \S+ GB/s", proc.stdout)
@@ -53,6 +57,19 @@ def test_doctor_checks_with_the_jobs_own_settings(cli, cluster):
     assert "4 ranks on 2 nodes joined (gloo)" in proc.stdout
     assert "doctor-ddp-check" in proc.stdout  # the run is named after the job it checks
     assert "4 ranks, device cpu" in proc.stdout
+
+
+def test_doctor_measures_the_network_against_the_jobs_floor(cli, cluster):
+    """A floor no network here reaches: the launch stops after the node check, and doctor
+    names the measurement and the pair below the floor (two nodes: both)."""
+    proc = doctor(cli, cluster, "health.allreduce_min_gbps=100000")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    v = verdicts(proc.stdout)
+    assert v["network floor"] == "FAIL" and v["rendezvous"] == "not run", proc.stdout
+    assert v["head name"] == "ok" and v["run directory"] == "ok", proc.stdout
+    assert re.search(r"network floor: all-reduce bus bandwidth [\d.]+ Gbit/s across 2 nodes, below "
+                     r"health\.allreduce_min_gbps=100000, between node1 and node2", proc.stdout), proc.stdout
+    assert "check that NCCL uses the fast fabric" in proc.stdout
 
 
 def test_doctor_names_a_head_name_resolving_to_loopback(cli, cluster):

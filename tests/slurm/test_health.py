@@ -12,8 +12,10 @@ import json
 import re
 import subprocess
 import sys
+from contextlib import contextmanager
 
 from tests.conftest import ROOT, submitted, wait_for_job
+from tests.slurm.survive import wait_until
 
 FAKES = ROOT / "tests" / "fakes"
 
@@ -85,3 +87,63 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
     assert re.search(r"^startup   first step [0-9.]+ s after start \(attempt 2\): setup [0-9.]+, "
                      r"imports [0-9.]+, (health [0-9.]+, )?rendezvous [0-9.]+, library [0-9.]+$",
                      status, re.M), status
+
+
+@contextmanager
+def _throttled(node: str, rate: str = "100mbit"):
+    """NODE sends at most RATE (a token bucket on its one interface, in its own namespace):
+    a node with a slow link, as the network floor must find it."""
+    ns = ["ip", "netns", "exec", f"hpct-{node}", "tc", "qdisc"]
+    subprocess.run(ns + ["add", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "256kb",
+                         "latency", "500ms"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(ns + ["del", "dev", "eth0", "root"], check=True)
+
+
+def test_a_node_below_the_network_floor_is_named_and_left_out(cli, cluster, tmp_path):
+    """Issue 29, item 2: a 3-node job with health.allreduce_min_gbps; its middle node's link
+    is throttled to 100 Mbit/s before the launch. After the node check, the nodes time an
+    all-reduce together and pair by pair: the two slowest pairs share that node, it is named
+    and left out at the requeue, and the job completes on three others, above the floor."""
+    nodes, flag = tmp_path / "nodes", tmp_path / "go"
+    setup = [f"[[ -s {nodes} ]] || scontrol show hostnames \"$SLURM_JOB_NODELIST\" > {nodes}",
+             f"for _ in $(seq 600); do [ -e {flag} ] && break; sleep 0.2; done"]
+    job = tmp_path / "floor.yaml"
+    job.write_text(json.dumps({
+        "name": "floor", "python": sys.executable, "script": "tests/programs/worker.py",
+        "args": ["--seconds", 1], "setup": setup, "health": {"allreduce_min_gbps": 1},
+        "resources": {"nodes": 3, "procs_per_node": 1, "exclusive": True}}))
+    job_id, run_dir = submitted(cli("submit", job, "--site", cluster, cwd=ROOT).stdout)
+    try:
+        wait_until(lambda: nodes.exists() and len(nodes.read_text().split()) == 3, 120,
+                   "the first allocation", job_id)
+        victim = nodes.read_text().split()[1]
+        with _throttled(victim):
+            flag.touch()
+            info = wait_for_job(job_id, timeout=240)
+    finally:
+        flag.touch()
+    log = "".join(p.read_text() for p in (run_dir / "logs").glob("slurm-*.out"))
+    assert info["JobState"] == "COMPLETED", log[-4000:]
+    assert info["Restarts"] == "1", info
+    assert victim in _hostnames(info["ExcNodeList"]) and victim not in _hostnames(info["NodeList"])
+    [failure] = [json.loads(x) for x in (run_dir / "status" / "failures.jsonl").read_text().splitlines()]
+    assert failure["reason"] == "preflight" and failure["nodes"] == [victim], failure
+    m = re.search(r"network floor: all-reduce bus bandwidth ([\d.e+-]+) Gbit/s across 3 nodes, below "
+                  r"health\.allreduce_min_gbps=1; slowest pair (node\d)-(node\d) at ([\d.e+-]+) Gbit/s "
+                  r"\(the next slowest, (node\d)-(node\d) at [\d.e+-]+ Gbit/s, also has (node\d)\)",
+                  failure["message"])
+    assert m and m.group(7) == victim and victim in m.group(2, 3) and victim in m.group(5, 6), failure
+    assert float(m.group(1)) < 1 and float(m.group(4)) < 1, failure
+    assert re.search(rf"recovery: preflight failure, excluding {victim}: requeueing job {job_id} "
+                     rf"without {victim}", log), log[-4000:]
+    # The requeued attempt measured again, on three good nodes, and passed.
+    floor = json.loads((run_dir / "status" / "netfloor.json").read_text())
+    assert floor["passed"] and victim not in floor["nodes"] and floor["world_gbps"] >= 1, floor
+    assert len(floor["pairs"]) == 3 and all(p[2] >= 1 for p in floor["pairs"]), floor
+    assert re.search(r"hpctrain preflight: network floor: all-reduce bus bandwidth [\d.]+ Gbit/s "
+                     r"across 3 nodes \(floor 1\)", log), log[-4000:]
+    status = cli("status", str(run_dir)).stdout
+    assert f"excluded  {victim}: preflight: preflight failed: network floor: " in status, status

@@ -209,3 +209,79 @@ def test_a_single_node_gets_the_gate_in_its_agent_and_a_failure_is_written_as_th
     said = (run / "status" / "preflight-failed-node3.txt").read_text()
     assert said.startswith("node3 failed the health gate: 3 of the 4 GPUs the job expects")
     assert recovery.blamed_nodes(str(run), "preflight", []) == ["node3"]
+
+
+def test_network_floor_pairs_come_in_three_rounds_of_disjoint_neighbours():
+    from hpctrain.rank.netfloor import rounds
+    assert rounds(1) == [] and rounds(2) == []
+    assert rounds(3) == [[(0, 1)], [(1, 2)], [(2, 0)]]
+    assert rounds(4) == [[(0, 1), (2, 3)], [(1, 2)], [(3, 0)]]
+    for n in range(3, 40):
+        got = rounds(n)
+        assert len(got) == 3
+        pairs = [p for r in got for p in r]
+        assert sorted(pairs) == sorted((i, (i + 1) % n) for i in range(n)), n  # each neighbour once
+        for r in got:  # a node is in one pair of a round at most
+            members = [x for p in r for x in p]
+            assert len(members) == len(set(members)), (n, r)
+
+
+def test_network_floor_names_the_node_in_both_slowest_pairs_or_the_pair():
+    from hpctrain.rank.netfloor import verdict
+    nodes = ["node1", "node2", "node3", "node4"]
+    fast = {(0, 1): 90.0, (1, 2): 95.0, (2, 3): 92.0, (3, 0): 91.0}
+    assert verdict(nodes, 80.0, fast, 50) == (True, [], "all-reduce bus bandwidth 80 Gbit/s "
+                                              "across 4 nodes (floor 50)")
+    # node3's link is slow: it is in the two slowest pairs, and it alone is blamed.
+    slow3 = {**fast, (1, 2): 4.0, (2, 3): 3.5}
+    ok, blamed, text = verdict(nodes, 6.0, slow3, 50)
+    assert not ok and blamed == ["node3"], (blamed, text)
+    assert text.startswith("network floor: all-reduce bus bandwidth 6 Gbit/s across 4 nodes, "
+                           "below health.allreduce_min_gbps=50; slowest pair node3-node4 at 3.5")
+    assert "node2-node3 at 4 Gbit/s, also has node3" in text
+    # One slow pair, its neighbours fine: both of its nodes.
+    assert verdict(nodes, 6.0, {**fast, (0, 1): 2.0}, 50)[1] == ["node1", "node2"]
+    # Every pair below the floor: the network, not a node, and nobody is left out for it.
+    ok, blamed, text = verdict(nodes, 6.0, {p: 5.0 for p in fast}, 50)
+    assert not ok and blamed == [] and "every pair is below the floor" in text
+    ok, blamed, text = verdict(nodes, 40.0, fast, 50)  # each pair fast, the ring not
+    assert not ok and blamed == [] and "the ring as a whole does not" in text
+    # Two nodes are one pair: both are named.
+    assert verdict(nodes[:2], 1.0, {}, 50)[:2] == (False, ["node1", "node2"])
+    assert verdict(nodes[:2], 1.0, {}, 0)[0]  # 0: measured, never failing
+
+
+def test_network_floor_is_in_the_plan_of_multinode_jobs_that_set_it(tmp_path):
+    assert _plan(tmp_path).bootstrap["netfloor"] is None
+    site = _plan(tmp_path, {"allreduce_min_gbps": 100}).bootstrap["netfloor"]
+    assert site == {"min_gbps": 100, "timeout": 60}
+    job = _plan(tmp_path, {"allreduce_min_gbps": 100}, health={"allreduce_min_gbps": 0},
+                launcher={"preflight_timeout": 30}).bootstrap["netfloor"]
+    assert job == {"min_gbps": 0, "timeout": 30}
+    assert _plan(tmp_path, {"allreduce_min_gbps": 100},
+                 resources={"nodes": 1, "gpus_per_node": 4}).bootstrap["netfloor"] is None
+    off = load_job({"name": "h", "script": "t.py", "resources": {"nodes": 2},
+                    "launcher": {"preflight": False}, "health": {"allreduce_min_gbps": 10}},
+                   site=str(tmp_path / "gpusite.yaml"))
+    assert any("network floor" in w for w in off.warnings), off.warnings
+    assert make_plan(off, str(tmp_path / "r")).bootstrap["netfloor"] is None
+
+
+def test_network_floor_settings_from_a_run_directory_are_bounded(tmp_path, monkeypatch):
+    """bootstrap.json is a run directory's: a timeout or floor out of range is not taken."""
+    from hpctrain.rank import netfloor
+    seen = {}
+
+    def fake_run(cmd, **kw):
+        seen["cmd"], seen["timeout"] = cmd, kw["timeout"]
+        assert kw["env"]["NCCL_ALGO"] == "Ring"
+        return type("P", (), {"returncode": 0})()
+    monkeypatch.setattr(netfloor.subprocess, "run", fake_run)
+    assert netfloor.run({"min_gbps": 1e300, "timeout": 1e9}) == 0
+    assert seen["cmd"][-3:] == ["netfloor", "60", "0"] and seen["timeout"] == 90
+    run = tmp_path / "run"
+    (run / "status").mkdir(parents=True)
+    (run / "bootstrap.json").write_text(json.dumps({"netfloor": {"min_gbps": "fast"}}))
+    monkeypatch.setenv("HPCTRAIN_RUN_DIR", str(run))
+    seen.clear()
+    assert preflight._network_floor() == 0 and not seen  # not a number: not measured
