@@ -156,7 +156,7 @@ def health_gate(spec, preflight: bool, launcher: str) -> dict | None:
     return {"expected_gpus": r.gpus_per_node, "gpus": h.gpus, "ecc": h.ecc,
             "row_remap": h.row_remap, "retired_pages": h.retired_pages,
             "foreign_memory_mib": h.foreign_memory_mib, "same_driver": h.same_driver,
-            "timeout": h.timeout}
+            "timeout": h.timeout, "dcgm_diag": h.dcgm_diag}
 
 
 def netfloor(spec, preflight: bool, job: Job) -> dict | None:

@@ -11,13 +11,17 @@ switched off there):
 - row_remap: no row remap pending and none failed (Ampere and later);
 - foreign_memory_mib: no GPU holds more memory than this before the job's ranks exist (another
   process, a leftover of an earlier job);
-- same_driver: compared across nodes by the node barrier (preflight.py), not here.
+- same_driver: compared across nodes by the node barrier (preflight.py), not here;
+- dcgm_diag: `dcgmi diag -r 1 -j` (DCGM's quick diagnostic) where dcgmi is installed: a test it
+  fails fails the node, named with the GPU and DCGM's own words (off by default: a site that
+  runs DCGM turns it on).
 
 The verdict is written to status/health/NODE.json (what recovery.py blames a failure on, and
 what `status` shows), and returned. stdlib only: nvidia-smi's CSV output is parsed here.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -35,7 +39,9 @@ _NODE_SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _NA = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "")
 
 DEFAULTS = {"gpus": True, "ecc": True, "retired_pages": True, "row_remap": True,
-            "foreign_memory_mib": 1024, "same_driver": True, "timeout": 30}
+            "foreign_memory_mib": 1024, "same_driver": True, "timeout": 30, "dcgm_diag": False}
+DCGM_TIMEOUT = 300  # seconds: a level-1 diagnostic takes tens of them; a hung DCGM no more
+MAX_DCGM_PROBLEMS = 64
 
 
 def settings(run_dir: str) -> dict | None:
@@ -47,15 +53,15 @@ def settings(run_dir: str) -> dict | None:
     return {**DEFAULTS, **health}
 
 
-def _smi(args: list[str], timeout: float) -> tuple[int, str]:
-    """(exit status, output) of nvidia-smi ARGS; 124 when it did not answer in time."""
+def _smi(args: list[str], timeout: float, tool: str = "nvidia-smi") -> tuple[int, str]:
+    """(exit status, output) of nvidia-smi (or TOOL) ARGS; 124 when it did not answer in time."""
     try:
-        proc = subprocess.run(["nvidia-smi", *args], stdin=subprocess.DEVNULL,
+        proc = subprocess.run([tool, *args], stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return 124, f"nvidia-smi did not answer within {timeout:g} s"
+        return 124, f"{tool} did not answer within {timeout:g} s"
     except OSError as exc:
-        return 127, f"nvidia-smi could not run: {exc}"
+        return 127, f"{tool} could not run: {exc}"
     out = (proc.stdout[:MAX_OUTPUT] + proc.stderr[:4096]).decode("utf-8", "replace")
     return proc.returncode, out
 
@@ -173,9 +179,56 @@ def gate(cfg: dict, node: str) -> dict:
     verdict["driver"] = drivers[0] if len(drivers) == 1 else (",".join(drivers) or None)
     verdict["gpus"] = [{"index": int(r["index"]), "uuid": r["uuid"], "name": r["name"],
                         "bus": r["pci.bus_id"]} for r in rows]
+    if cfg.get("dcgm_diag"):
+        if shutil.which("dcgmi") is None:
+            verdict["notes"].append("dcgmi is not on PATH: the DCGM diagnostic was not run")
+        else:
+            verdict["problems"] += dcgm_diag()
     verdict["ok"] = not verdict["problems"]
     verdict["seconds"] = round(time.monotonic() - start, 3)
     return verdict
+
+
+def dcgm_diag() -> list[dict]:
+    """`dcgmi diag -r 1 -j`: each result it failed, as the gate's problems; its exit status
+    alone (non-zero: DCGM found an error) when its output names none."""
+    status, out = _smi(["diag", "-r", "1", "-j"], DCGM_TIMEOUT, tool="dcgmi")
+    problems = dcgm_failures(out)
+    if status != 0 and not problems:
+        first = next((line.strip() for line in out.splitlines() if line.strip()), "")
+        problems = [{"gpu": None, "uuid": None, "check": "dcgm_diag",
+                     "message": f"dcgmi diag -r 1 failed (status {status}): {first[:300]}"}]
+    return problems
+
+
+def dcgm_failures(text: str) -> list[dict]:
+    """The failed results in DCGM's JSON report (its "test_categories": each category's tests,
+    each test's results per entity, with a status and warnings)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    report = data.get("DCGM Diagnostic") if isinstance(data, dict) else None
+    problems: list[dict] = []
+    if isinstance(report, dict):
+        for category in _dicts(report.get("test_categories")):
+            for test in _dicts(category.get("tests")):
+                name = str(test.get("name", "?"))[:100]
+                for result in _dicts(test.get("results")):
+                    if result.get("status") != "Fail" or len(problems) >= MAX_DCGM_PROBLEMS:
+                        continue
+                    gpu = result.get("entity_id") if result.get("entity_group") == "GPU" else None
+                    gpu = gpu if isinstance(gpu, int) and not isinstance(gpu, bool) else None
+                    words = "; ".join(str(w.get("warning", ""))[:300]
+                                      for w in _dicts(result.get("warnings"))[:4]) or "failed"
+                    where = f" on GPU {gpu}" if gpu is not None else ""
+                    problems.append({"gpu": gpu, "uuid": None, "check": "dcgm_diag",
+                                     "message": f"dcgmi diag -r 1: {name}{where}: {words}"})
+    return problems
+
+
+def _dicts(value) -> list[dict]:
+    return [v for v in value[:1000] if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def summary(verdict: dict) -> str:

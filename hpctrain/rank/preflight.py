@@ -199,13 +199,15 @@ def nodes(timeout: float, marks: dict | None = None) -> int:
     head, port = env["HPCTRAIN_HEAD"], int(env["HPCTRAIN_PORT"])
     expected = [n for n in env.get("HPCTRAIN_NODES", "").split(",") if n]
     me = env.get("SLURMD_NODENAME") or socket.gethostname()
-    start = time.monotonic()
-    deadline = start + timeout
     server = None
     result: dict = {"ready": threading.Event(), "missing": None, "error": None, "odd": None}
     verdict, driver = _health_gate(me)
     if verdict is not None and not verdict["ok"]:
         return _fail(me, health.summary(verdict))
+    # The barrier's time starts after the gate, which has bounds of its own (a DCGM diagnostic
+    # takes longer than most barriers may).
+    start = time.monotonic()
+    deadline = start + timeout
     if _is_head():
         server = threading.Thread(target=serve, args=(port, expected, deadline, result),
                                   daemon=True)

@@ -254,6 +254,9 @@ class Health(_Strict):
     timeout: Annotated[Seconds, Meta(description=(
             "seconds one nvidia-smi query may take before the node counts as "
             "unhealthy"))] = 30
+    dcgm_diag: Annotated[bool, Meta(description=(
+            "also run DCGM's quick diagnostic (dcgmi diag -r 1) on each node where dcgmi "
+            "is installed; a test it fails fails the node"))] = False
     slow_rank_factor: Annotated[Annotated[float, Meta(gt=0, lt=1)] | None, Meta(description=(
             "a rank whose rate stays below this times the ranks' median is named "
             "slow; null: not judged"))] = 0.8

@@ -285,3 +285,48 @@ def test_network_floor_settings_from_a_run_directory_are_bounded(tmp_path, monke
     monkeypatch.setenv("HPCTRAIN_RUN_DIR", str(run))
     seen.clear()
     assert preflight._network_floor() == 0 and not seen  # not a number: not measured
+
+
+def test_dcgm_diagnostic_fails_the_node_with_the_gpu_and_dcgms_words(monkeypatch):
+    """health.dcgm_diag: `dcgmi diag -r 1 -j` where dcgmi exists (the stand-in's report, in
+    DCGM's own JSON layout); a result it failed fails the node, named with its GPU."""
+    loader = importlib.machinery.SourceFileLoader("fake_dcgmi", str(ROOT / "tests/fakes/dcgmi"))
+    spec = importlib.util.spec_from_loader("fake_dcgmi", loader)
+    dcgmi = importlib.util.module_from_spec(spec)
+    loader.exec_module(dcgmi)
+    words = "Persistence mode for GPU 2 is disabled. Enable persistence mode by running ..."
+    answers = {"--query-gpu": (0, "\n".join(FAKE.health_rows(4, {}, health.GPU_FIELDS))),
+               "--query-remapped-rows": (0, "\n".join(FAKE.remap_rows(4, {})))}
+    asked = []
+
+    def smi(args, timeout, tool="nvidia-smi"):
+        if tool == "dcgmi":
+            asked.append((args, timeout))
+            return answers["dcgmi"]
+        return answers[args[0].split("=")[0]]
+    monkeypatch.setattr(health, "_smi", smi)
+    monkeypatch.setattr(health.shutil, "which", lambda name: "/bin/" + name)
+    answers["dcgmi"] = (226, json.dumps(dcgmi.report(4, (2, words))))
+    verdict = health.gate({**CFG, "dcgm_diag": True}, "node3")
+    assert asked == [(["diag", "-r", "1", "-j"], health.DCGM_TIMEOUT)]
+    assert not verdict["ok"] and verdict["problems"] == [
+        {"gpu": 2, "uuid": None, "check": "dcgm_diag",
+         "message": f"dcgmi diag -r 1: software on GPU 2: {words}"}]
+    assert health.summary(verdict) == f"node3 failed the health gate: dcgmi diag -r 1: software on GPU 2: {words}"
+    answers["dcgmi"] = (0, json.dumps(dcgmi.report(4, None)))
+    assert health.gate({**CFG, "dcgm_diag": True}, "node3")["ok"]
+    assert health.gate(CFG, "node3")["ok"] and len(asked) == 2  # off: not run
+    # A failure whose report names nothing (DCGM could not run at all): its status and words.
+    answers["dcgmi"] = (226, "Error: Unable to complete diagnostic. Return: (-30) : GPU diag error\n")
+    [p] = health.gate({**CFG, "dcgm_diag": True}, "node3")["problems"]
+    assert p["message"] == ("dcgmi diag -r 1 failed (status 226): Error: Unable to complete "
+                            "diagnostic. Return: (-30) : GPU diag error")
+    for hostile in ("[" * 100_000, '{"DCGM Diagnostic": {"test_categories": [{"tests": 7}]}}',
+                    json.dumps({"DCGM Diagnostic": {"test_categories": [{"tests": [{"results": [
+                        {"status": "Fail", "entity_group": "GPU", "entity_id": True}] * 500}]}]}})):
+        got = health.dcgm_failures(hostile)
+        assert len(got) <= health.MAX_DCGM_PROBLEMS and all(g["gpu"] is None for g in got)
+    monkeypatch.setattr(health.shutil, "which", lambda name: None if name == "dcgmi" else "/bin/" + name)
+    absent = health.gate({**CFG, "dcgm_diag": True}, "node3")
+    assert absent["ok"] and absent["notes"] == ["dcgmi is not on PATH: the DCGM diagnostic was not run"]
+
