@@ -104,7 +104,7 @@ def measure(index: int, nodes: list[str], head: str, port: int, timeout: float) 
         # Each node times the same all-reduces a little differently: the head's is everyone's.
         store.set(f"world/{index}", f"{_busbw_gbps(dist, torch, tensor, None, n):.6g}")
         world = float(store.get("world/0").decode())
-        for r, pairs in enumerate(rounds(n)):
+        for pairs in rounds(n):
             # Every process creates every group, in the same order (torch's rule).
             groups = [(pair, dist.new_group(list(pair))) for pair in pairs]
             mine = next(((p, g) for p, g in groups if index in p), None)

@@ -90,7 +90,7 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
 
 
 @contextmanager
-def _throttled(node: str, rate: str = "100mbit"):
+def _throttled(node: str, rate: str = "50mbit"):
     """NODE sends at most RATE (a token bucket on its one interface, in its own namespace):
     a node with a slow link, as the network floor must find it."""
     ns = ["ip", "netns", "exec", f"hpct-{node}", "tc", "qdisc"]
@@ -104,7 +104,8 @@ def _throttled(node: str, rate: str = "100mbit"):
 
 def test_a_node_below_the_network_floor_is_named_and_left_out(cli, cluster, tmp_path):
     """Issue 29, item 2: a 3-node job with health.allreduce_min_gbps; its middle node's link
-    is throttled to 100 Mbit/s before the launch. After the node check, the nodes time an
+    is throttled to 50 Mbit/s before the launch (10x below the floor; the others, 10x above it
+    on this machine even with both test sessions running). After the node check, the nodes time an
     all-reduce together and pair by pair: the two slowest pairs share that node, it is named
     and left out at the requeue, and the job completes on three others, above the floor."""
     nodes, flag = tmp_path / "nodes", tmp_path / "go"
@@ -113,7 +114,7 @@ def test_a_node_below_the_network_floor_is_named_and_left_out(cli, cluster, tmp_
     job = tmp_path / "floor.yaml"
     job.write_text(json.dumps({
         "name": "floor", "python": sys.executable, "script": "tests/programs/worker.py",
-        "args": ["--seconds", 1], "setup": setup, "health": {"allreduce_min_gbps": 1},
+        "args": ["--seconds", 1], "setup": setup, "health": {"allreduce_min_gbps": 0.5},
         "resources": {"nodes": 3, "procs_per_node": 1, "exclusive": True}}))
     job_id, run_dir = submitted(cli("submit", job, "--site", cluster, cwd=ROOT).stdout)
     try:
@@ -132,18 +133,18 @@ def test_a_node_below_the_network_floor_is_named_and_left_out(cli, cluster, tmp_
     [failure] = [json.loads(x) for x in (run_dir / "status" / "failures.jsonl").read_text().splitlines()]
     assert failure["reason"] == "preflight" and failure["nodes"] == [victim], failure
     m = re.search(r"network floor: all-reduce bus bandwidth ([\d.e+-]+) Gbit/s across 3 nodes, below "
-                  r"health\.allreduce_min_gbps=1; slowest pair (node\d)-(node\d) at ([\d.e+-]+) Gbit/s "
+                  r"health\.allreduce_min_gbps=0\.5; slowest pair (node\d)-(node\d) at ([\d.e+-]+) Gbit/s "
                   r"\(the next slowest, (node\d)-(node\d) at [\d.e+-]+ Gbit/s, also has (node\d)\)",
                   failure["message"])
     assert m and m.group(7) == victim and victim in m.group(2, 3) and victim in m.group(5, 6), failure
-    assert float(m.group(1)) < 1 and float(m.group(4)) < 1, failure
+    assert float(m.group(1)) < 0.5 and float(m.group(4)) < 0.5, failure
     assert re.search(rf"recovery: preflight failure, excluding {victim}: requeueing job {job_id} "
                      rf"without {victim}", log), log[-4000:]
     # The requeued attempt measured again, on three good nodes, and passed.
     floor = json.loads((run_dir / "status" / "netfloor.json").read_text())
-    assert floor["passed"] and victim not in floor["nodes"] and floor["world_gbps"] >= 1, floor
-    assert len(floor["pairs"]) == 3 and all(p[2] >= 1 for p in floor["pairs"]), floor
+    assert floor["passed"] and victim not in floor["nodes"] and floor["world_gbps"] >= 0.5, floor
+    assert len(floor["pairs"]) == 3 and all(p[2] >= 0.5 for p in floor["pairs"]), floor
     assert re.search(r"hpctrain preflight: network floor: all-reduce bus bandwidth [\d.]+ Gbit/s "
-                     r"across 3 nodes \(floor 1\)", log), log[-4000:]
+                     r"across 3 nodes \(floor 0\.5\)", log), log[-4000:]
     status = cli("status", str(run_dir)).stdout
     assert f"excluded  {victim}: preflight: preflight failed: network floor: " in status, status
