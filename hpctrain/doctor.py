@@ -125,9 +125,11 @@ def judge(run: Run, state: str, job: Job) -> Report:
                    key=lambda r: r["rank"])
     failure = read_job_failure(str(d))
     world = plan.nnodes * plan.nproc_per_node
+    from .rank.netfloor import read
+    floor = read(str(d))  # the launch's own network floor measurement (rank/netfloor.py)
     checks = [_names(facts, plan), _writable(facts, ranks, d)]
-    checks.append(_rendezvous(ranks, world, failure, checks, plan))
-    checks.append(_network(str(d), failure))
+    checks.append(_rendezvous(ranks, world, failure, checks, plan, floor))
+    checks.append(_network(floor, failure))
     checks.append(_allreduce(ranks))
     checks.append(_pinning(ranks))
     return Report(run_id=run.id, run_dir=str(d), state=state, checks=checks)
@@ -179,7 +181,7 @@ def _writable(facts: list[dict], ranks: list[dict], d: Path) -> Check:
     return Check(name=name, verdict=PASS, detail=f"{d / 'checkpoints'} writable from {nodes}")
 
 
-def _rendezvous(ranks, world, failure, before: list[Check], plan) -> Check:
+def _rendezvous(ranks, world, failure, before: list[Check], plan, floor: dict | None) -> Check:
     name = "rendezvous"
     if len(ranks) == world:
         env = ranks[0]["env"]
@@ -189,7 +191,7 @@ def _rendezvous(ranks, world, failure, before: list[Check], plan) -> Check:
     reason = failure.reason if failure else None
     if reason == "setup" and any(c.verdict == FAIL for c in before):
         return Check(name=name, verdict=NOT_RUN, detail="the job stopped before it: see above")
-    if reason == "preflight" and "network floor: " in failure.message:
+    if reason == "preflight" and floor is not None and floor.get("passed") is False:
         return Check(name=name, verdict=NOT_RUN, detail="the nodes met; the network floor "
                      "stopped the job before the ranks started: see below")
     if reason == "preflight":
@@ -205,11 +207,9 @@ def _rendezvous(ranks, world, failure, before: list[Check], plan) -> Check:
                  fix="hpctrain logs RUN shows each rank's output")
 
 
-def _network(run_dir: str, failure) -> Check:
-    """The network floor's measurement (rank/netfloor.py), the launch's own."""
-    from .rank.netfloor import read
+def _network(m: dict | None, failure) -> Check:
+    """The network floor's measurement (status/netfloor.json), against the floor."""
     name = "network floor"
-    m = read(run_dir)
     if m is None or not isinstance(m.get("message"), str):
         detail = "the job stopped before it: see above" if failure else "no measurement"
         return Check(name=name, verdict=NOT_RUN, detail=detail)

@@ -543,9 +543,10 @@ failure_cause() {
   if [[ -r "$RUN_DIR/logs/job.out" ]]; then
     # torchrun's failure summaries: RANK MESSAGE, for ranks that a signal ended, from its "Root
     # Cause" and its other "Failures" alike (a peer that lost the killed rank may end first and
-    # be torchrun's root cause; the SIGTERM it then sends the rest is no cause). A rank killed on the host that failed first; else any killed
-    # rank: the host whose peers lost it can end its step first (their errors come as soon as
-    # the connection closes), and the killed rank is the cause all the same.
+    # be torchrun's root cause; the SIGTERM it then sends the rest is no cause). A rank killed
+    # on the host that failed first; else any killed rank: the host whose peers lost it can end
+    # its step first (their errors come as soon as the connection closes), and the killed rank
+    # is the cause all the same.
     local killed=""
     while read -r rank message; do
       node=$(grep -o '"node": *"[^"]*"' "$RUN_DIR/status/rank-$rank.json" 2>/dev/null | sed 's/.*"\([^"]*\)"$/\1/') || node=
