@@ -407,13 +407,18 @@ class Sampler:
         """A node without GPUs: each of its ranks' CPU use and RSS, from /proc."""
         from .records import read_identities
         mine: dict[int, int] = {}
+        expected = 0
         listed = 0.0
         while self.parent_alive():
             now = time.time()
-            if now - listed >= 30 or not mine:
+            # Ranks write their identity as they start, one after another: look every sample
+            # until each of this node's local ranks is known, then twice a minute.
+            if now - listed >= 30 or not mine or len(mine) < expected:
                 listed = now
-                mine = {i.pid: i.rank for i in read_identities(self.run_dir)
-                        if i.pid and i.node == self.node and i.started >= self.began - 60}
+                found = [i for i in read_identities(self.run_dir)
+                         if i.pid and i.node == self.node and i.started >= self.began - 60]
+                mine = {i.pid: i.rank for i in found}
+                expected = max((i.local_world_size for i in found), default=0)
             rows = []
             for pid, rank in sorted(mine.items(), key=lambda kv: kv[1]):
                 cpu = sum(_cpu_seconds(str(pid))[:1])
