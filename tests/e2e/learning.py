@@ -21,3 +21,44 @@ def check_learned(results: list[dict]) -> None:
         assert isinstance(first, float) and isinstance(last, float), f"rank {rank}: no loss recorded: {r}"
         assert math.isfinite(first) and math.isfinite(last), f"rank {rank}: {r['loss']} {first} -> {last}"
         assert first != last, f"rank {rank}: {r['loss']} stayed at {first}: {r}"
+
+
+# The libraries whose hooks report a main metric (rsl-rl keeps episode rewards on rank 0 only;
+# ding's learner reports its loss, the rewards are its collector's). The skrl examples turn
+# skrl's tracking off (write_interval 0: it would clear the losses they read), and with it its
+# episode rewards: no metric is expected of them.
+MAIN_METRIC = {"rl_games": "reward", "rsl_rl": "reward", "di_engine": "loss"}
+
+
+def check_trained(results: list[dict], log: str, world: int, hosts: int) -> None:
+    """Every rank of a `world` over `hosts` hosts finished, with the same weights, and trained."""
+    assert sorted(r["rank"] for r in results) == list(range(world)), log[-3000:]
+    assert {r["world_size"] for r in results} == {world}
+    assert len({r.get("hostname") or r.get("host") for r in results}) == hosts, results
+    digests = {r["params_sha256"] for r in results}
+    assert len(digests) == 1, f"weights differ across ranks: {results}"
+    check_learned(results)
+
+
+def check_progress(cli, ref: str, run_dir, results: list[dict], library: str,
+                   per_update: int = 1) -> None:
+    """The library hooks (hpctrain/rank/train_hooks.py) reported every rank's last iteration
+    (skrl counts environment timesteps: `per_update` of them per update) and finite metrics
+    (the library's main one where it has it), and `status --json` carries them."""
+    import json
+
+    from hpctrain.rank.records import read_progress
+    reports = {p.rank: p for p in read_progress(str(run_dir))}
+    assert sorted(reports) == sorted(r["rank"] for r in results), reports
+    for r in results:
+        p = reports[r["rank"]]
+        assert p.step == r["iteration"] * per_update, (p, r)
+        assert all(math.isfinite(v) for v in p.metrics.values()), p
+    if library in MAIN_METRIC:
+        assert MAIN_METRIC[library] in reports[0].metrics, reports[0]
+    [shown] = json.loads(cli("status", ref, "--json").stdout)["progress"]
+    assert shown["step"] == shown["min_step"] == reports[0].step, shown
+    assert shown["metrics"] == reports[0].metrics, shown
+    if library in MAIN_METRIC:
+        assert shown["metric"] == MAIN_METRIC[library] and math.isfinite(shown["value"]), shown
+    assert [r["rank"] for r in shown["ranks"]] == sorted(reports), shown

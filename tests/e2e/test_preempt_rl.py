@@ -9,6 +9,12 @@ victim's nodes; SIGTERM reaches the step's tasks (torchrun's agents and the rank
 batch shell, and the job stays RUNNING for the partition's GraceTime. The signal is sent once
 the training has written a periodic checkpoint past its start, so the resume point must lie
 beyond it.
+
+The same run is each library's two-node training test (one real run proves both): the resumed
+run ends with every rank's weights equal, moved from where it started, the library's own loss
+moved, rank 0's checkpoint where the adapter looks for it, and the progress the hooks report
+shown by `status` (tests/e2e/learning.py). DI-engine runs on 2 nodes x 1 rank, the others on
+2 nodes x 2 ranks.
 """
 from __future__ import annotations
 
@@ -18,7 +24,8 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, submitted, wait_for_job
+from tests.conftest import ROOT, read_results, submitted, wait_for_job
+from tests.e2e.learning import check_progress, check_trained
 from tests.slurm.survive import attempts, preempt_by_high_job, slurm_log, wait_until
 
 
@@ -33,13 +40,15 @@ def _number(pattern: str, per: int = 1):
 # job file, checkpoint glob (in the run), iteration of a checkpoint's name, args, updates in all.
 # The updates: enough that the preemption (sent once a periodic checkpoint exists, at the 4th)
 # lands well before the end (~8 s of sleeps left), few enough that the resumed run is short.
+# rl-games and rsl-rl: rollouts long enough that Pendulum's 200-step episodes end within the
+# resumed run (3+ updates x 70 steps): only then has the library a mean reward to report.
 LIBRARIES = {
     "rsl_rl": ("examples/rl/rsl_rl_pendulum.yaml", "checkpoints/model_*.pt",
                _number(r"model_(\d+)\.pt"),
-               ["--save-interval", "4", "--sleep", "0.5", "--num-envs", "8", "--steps", "16"], 20),
+               ["--save-interval", "4", "--sleep", "0.5", "--num-envs", "8", "--steps", "70"], 20),
     "rl_games": ("examples/rl/rl_games_pendulum.yaml", "checkpoints/nn/*.pth",
                  _number(r"last_pendulum_ep_(\d+)_rew_.*\.pth"),
-                 ["--save-interval", "4", "--sleep", "0.5", "--num-envs", "8", "--steps", "16"], 20),
+                 ["--save-interval", "4", "--sleep", "0.5", "--num-envs", "8", "--steps", "70"], 20),
     "skrl": ("examples/rl/skrl_torch_pendulum.yaml", "checkpoints/agent_*.pt",
              _number(r"agent_(\d+)\.pt", STEPS),
              ["--save-interval", "4", "--sleep", "0.5", "--num-envs", "8", "--steps", str(STEPS)], 20),
@@ -50,6 +59,26 @@ LIBRARIES = {
                   _number(r"iteration_(\d+)\.pth\.tar"),
                   ["--save-interval", "20", "--sleep", "0.1", "--stop-value", "100000"], None),
 }
+
+
+def check_plot(cli, job_id: str, run_dir, results: list[dict], tmp_path) -> None:
+    """`hpctrain plot` on the event files rsl-rl's own logger wrote (rank 0, its log_dir), in
+    both attempts: its own tags, one point per learning iteration on one step axis, in a
+    non-empty PNG."""
+    import math
+
+    from hpctrain.follow.curves import read_run
+    png = tmp_path / "rsl_rl.png"
+    out = cli("plot", job_id, "--out", png).stdout
+    assert out.splitlines()[-1] == str(png), out
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    [scalars] = read_run(str(run_dir))
+    assert "Loss/value" in scalars.tags and "Perf/total_fps" in scalars.tags, scalars.tags
+    [last] = {r["iteration"] for r in results}
+    curve = scalars.curve("Loss/value")
+    assert curve.steps == list(range(last + 1)) and curve.attempts == 2, curve
+    assert all(math.isfinite(v) for v in curve.values), curve
+    assert f"Loss/value {last + 1} points" in out, out
 
 
 @pytest.mark.parametrize("library", list(LIBRARIES))
@@ -63,8 +92,11 @@ def test_preempted_stock_training_saves_requeues_and_resumes(library, cli, clust
         total = ["--max-env-step", "800"]
     else:
         total = ["--updates", str(updates)]
+    # DI-engine's DDP pipeline across two hosts, one rank each (world 2 over node boundaries).
+    shape = ["--set", "resources.nodes=2"] + (
+        ["--set", "resources.procs_per_node=1"] if library == "di_engine" else [])
     t0 = time.monotonic()
-    job_id, run_dir = submitted(cli("submit", job_file, "--site", cluster,
+    job_id, run_dir = submitted(cli("submit", job_file, "--site", cluster, *shape,
                                     "--set", f"python={python}",
                                     "--set", f"args=[{','.join(total + args)}]").stdout)
 
@@ -114,6 +146,17 @@ def test_preempted_stock_training_saves_requeues_and_resumes(library, cli, clust
                                        "(requeue 1 of at most "), log), log[-4000:]
     assert re.search(stamp + re.escape("done: all ranks exited 0"), log), log[-4000:]
     assert not (run_dir / "status" / "failure.json").exists()
+
+    # The resumed run trained, on every rank, to the same weights, across both nodes.
+    results = read_results(run_dir)
+    check_trained(results, log, world=ranks, hosts=2)
+    assert library == "di_engine" or all(r["library"] == library for r in results), results
+    if library != "di_engine":
+        assert [r["rank"] for r in results if r["checkpoint"]] == [0]  # rank 0 only
+    check_progress(cli, job_id, run_dir, results, library,
+                   per_update=STEPS if library.startswith("skrl") else 1)
+    if library == "rsl_rl":  # the cheapest of those whose own logger writes TensorBoard files
+        check_plot(cli, job_id, run_dir, results, tmp_path)
     print(f"{library} real preemption: job {job_id}, periodic checkpoint at {seen} after "
           f"{t_preempt - t0:.1f} s, saved at {saved_at}, completed {t_end - t_preempt:.1f} s "
           f"after the high job was submitted, {t_end - t0:.1f} s in all")

@@ -1,7 +1,10 @@
-"""Real training over ssh: each RL library the Slurm tests train, on 2 hosts x 2 ranks of the
-local cluster's sshds (site locallab, no scheduler), and the DDP examples — with the checks of
-tests/e2e: every rank started from rank 0's weights, ended with the same weights, which moved,
-and the library's own loss moved in between; the run directory is the one Slurm runs get."""
+"""Real training over ssh, on 2 hosts x 2 ranks of the local cluster's sshds (site locallab, no
+scheduler): one run per launch class — torchrun on each host (rsl-rl, the stock library with the
+most hooks, and the plain-DDP examples) and one process per rank (JAX: skrl_jax) — with the
+checks of tests/e2e: every rank started from rank 0's weights, ended with the same weights,
+which moved, and the library's own loss moved in between; the run directory is the one Slurm
+runs get. rl-games and skrl (torch) start exactly as rsl-rl does here (one torchrun per host);
+their own distributed modes train on two Slurm nodes in tests/e2e/test_preempt_rl.py."""
 from __future__ import annotations
 
 import json
@@ -11,8 +14,14 @@ import time
 import pytest
 
 from tests.conftest import read_results, submitted
-from tests.e2e.test_rl_training import LIBRARIES, check_trained
+from tests.e2e.learning import check_trained
 from tests.ssh.helpers import job_log, leftovers
+
+
+LIBRARIES = {  # job file -> the checkpoint glob its adapter declares for resume
+    "rsl_rl": ("examples/rl/rsl_rl_pendulum.yaml", "checkpoints/model_*.pt"),
+    "skrl_jax": ("examples/rl/skrl_jax_pendulum.yaml", "checkpoints/agent_*.pickle"),
+}
 
 
 @pytest.mark.parametrize("library", list(LIBRARIES))
