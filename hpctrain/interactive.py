@@ -5,7 +5,8 @@ bootstrap.json, the job script for reference) and beside it the shell's rcfile a
 interactive launch, rendered from the scheduler's templates with the job script's own parts
 (templates/<scheduler>/shell.sh.j2, launch.sh.j2). Then the backend's shell command runs in the
 foreground: on Slurm an allocation with the job's resources and directives and bash on its first
-node, on the local site bash here, each with the job's environment. `launch`, typed in that
+node (through the site's login host, over ssh with a terminal, when it has one), on the local
+site bash here, each with the job's environment. `launch`, typed in that
 shell, runs the launch script: each time one attempt in the same run directory. Leaving the
 shell releases the allocation; so does a hang-up of the terminal, and this process ending in any
 way (its child gets SIGHUP from the kernel).
@@ -43,10 +44,15 @@ def prepare_shell(job: Job, run_id: str | None = None):
     roots = backend_class(prep.backend).shell_roots
     if roots is None:
         raise backend(prep.backend)._no_interactive("hpctrain shell")
-    if prep.mirror is not None:
-        raise HpctrainError(f"hpctrain shell does not reach site '{job.site.name}' through its "
-                            "login host yet", job.source,
-                            "run hpctrain shell on the login node itself")
+    if prep.mirror is not None and prep.plan.secrets:
+        # submit hands them to the login node's sbatch on the ssh session's standard input; an
+        # interactive session's standard input is the terminal, and a file or an argument
+        # would show them to the cluster's other users.
+        raise HpctrainError(f"the job's secrets ({', '.join(prep.plan.secrets)}) cannot reach "
+                            f"a shell through site '{job.site.name}''s login host: only "
+                            "submit passes them there", job.source,
+                            "leave secrets: out for the shell (--set secrets=[]) and export "
+                            "them in it before hpctrain launch, or submit the job")
     # An interactive allocation is not requeued and sends no events: the launch has neither.
     plan = msgspec.structs.replace(prep.plan, preemption=None, notify=None)
     return prep, render_plan(plan, [], roots[0]), render_plan(plan, [], roots[1])
@@ -57,16 +63,26 @@ def shell(job: Job, say=print) -> int:
     from .runs.records import add_to_index
     from .submission import snapshot_source, write_run
     prep, rc_text, launch_text = prepare_shell(job)
-    chosen = backend(prep.backend)
+    # Here, or through the site's login host (the run directory on the cluster, its mirror here).
+    chosen = prep.transport.backend(backend(prep.backend), prep.run_dir)
+    far = Path(prep.run_dir)
     source = snapshot_source(prep)
     with write_run(prep, source, extra={"interactive": True}) as run:
         write_atomic(run.path / RCFILE, rc_text, mode=0o644)
         write_atomic(run.path / LAUNCH, launch_text, mode=0o755)
-    command = chosen.shell_command(prep.plan, run.path / RCFILE, run.path / ALLOCATION)
+    if prep.mirror is not None:
+        try:  # the run directory and the code copied to the cluster
+            chosen.stage(run, prep)
+        except HpctrainError as exc:
+            run.update(state="FAILED", final=True, reason=f"not copied to the cluster: {exc}")
+            raise
+    command = chosen.shell_command(prep.plan, far / RCFILE, far / ALLOCATION)
     say(f"shell {prep.job.spec.name}  run {run.id}  on {prep.job.site.name}")
-    say(f"run directory: {run.path}")
+    say(f"run directory: {far}" + (f" (on the cluster; here: {run.path})" if far != run.path else ""))
     sys.stdout.flush()
-    status = _foreground(command, lambda: _recorded(run, chosen))
+    status = _foreground(command, _Recorder(run, chosen, remote=prep.mirror is not None))
+    if prep.mirror is not None:
+        _fetch(run, chosen)
     job_id = _allocation(run)
     if job_id is None:
         run.update(state="FAILED", final=True, reason="no allocation was granted")
@@ -120,14 +136,39 @@ def _allocation(run: Run) -> str | None:
     return text if re.fullmatch(pattern, text) else None
 
 
-def _recorded(run: Run, chosen) -> None:
-    """Once the allocation is granted: its job id in run.json and the index (status, attach)."""
-    from .runs.records import add_to_index
-    if run.record.job_id is None:
-        job_id = _allocation(run)
+class _Recorder:
+    """Once the allocation is granted: its job id in run.json and the index (status, attach).
+    Through a login host the id is written on the cluster: fetched every few seconds until
+    it is here."""
+
+    def __init__(self, run: Run, chosen, remote: bool):
+        self.run, self.chosen, self.remote = run, chosen, remote
+        self.fetched = 0.0
+
+    def __call__(self) -> None:
+        import time
+        from .runs.records import add_to_index
+        if self.run.record.job_id is not None:
+            return
+        if self.remote:
+            if time.monotonic() - self.fetched < 5:
+                return
+            self.fetched = time.monotonic()
+            _fetch(self.run, self.chosen)
+        job_id = _allocation(self.run)
         if job_id is not None:
-            run.update(job_id=job_id, state="SUBMITTED")
-            add_to_index(run)
+            self.run.update(job_id=job_id, state="SUBMITTED")
+            add_to_index(self.run)
+
+
+def _fetch(run: Run, chosen) -> None:
+    """The cluster's files of the run into its mirror here; a failure is left for later (the
+    shell goes on; status fetches again)."""
+    from .backends.commands import SchedulerError
+    try:
+        chosen.fetch(run)
+    except SchedulerError:
+        pass
 
 
 def launch(ref: str | None) -> None:

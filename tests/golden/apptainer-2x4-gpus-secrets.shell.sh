@@ -76,6 +76,18 @@ export HPCTRAIN_HEAD=$HEAD
 log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | paste -sd, -)"
 export NNODES RUN_DIR
 set +e +u +o pipefail  # an interactive shell: a failing command is not the end of it
+# A cluster reached through its login host may not have hpctrain: the launch still answers to
+# its name.
+if ! command -v hpctrain >/dev/null 2>&1; then
+  hpctrain() {
+    if [[ $# -eq 1 && $1 == launch ]]; then
+      bash "$RUN_DIR/launch.sh"
+    else
+      echo "hpctrain: hpctrain is not installed on $(hostname): only 'hpctrain launch' works in this shell" >&2
+      return 2
+    fi
+  }
+fi
 printf '%s\n' 'hpctrain shell: ddp-check'", allocation $SLURM_JOB_ID on $(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)" \
   "  run directory  $RUN_DIR" \
   "  hpctrain launch   the job's launch on every node (each one an attempt in the run directory)" \

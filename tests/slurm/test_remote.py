@@ -491,3 +491,75 @@ def test_follow_survives_a_dropped_connection(home, site, project, far):
     assert "rank 0 done" in text and "done: all ranks exited 0" in text, text
     steps = [line for line in text.splitlines() if "step " in line and "of rank 0" in line]
     assert len(steps) == len(set(steps)) == 80, steps  # every line once, none lost, none twice
+
+
+def test_shell_from_the_laptop_through_the_login_host(home, site, project, far):
+    """`hpctrain shell` on the laptop: salloc runs on the login node (ssh with a terminal), the
+    shell opens on the allocation's first node with the job's variables and the run directory
+    on the cluster; `hpctrain launch` there (hpctrain is not on the node's PATH: the shell's
+    own stand-in runs the launch) starts the 2-node job; `exit` releases the allocation, and
+    the laptop's mirror has its job id and the launch's results."""
+    import pexpect
+
+    from tests.slurm.test_interactive import PROMPT, listed
+    jf = job(project, "lap-shell", nodes=2, procs=1, args=["--seconds", "1"])
+    child = pexpect.spawn(str(ON_LAPTOP), [sys.executable, "-m", "hpctrain", "shell", jf.name,
+                                           "--site", str(site)],
+                          cwd=str(project), encoding="utf-8", timeout=120, dimensions=(40, 200))
+    child.logfile_read = sys.stdout
+    child.expect(r"run directory: (\S+) \(on the cluster; here: (\S+)\)\r\n")
+    cluster_dir, mirror = Path(child.match.group(1)), Path(child.match.group(2))
+    assert cluster_dir.is_relative_to(far) and mirror.is_relative_to(home.parent)
+    child.expect(PROMPT)
+    assert child.match.group("name") == "lap-shell"
+    child.sendline('echo "V""=$SLURM_JOB_ID|$HPCTRAIN_RUN_DIR|$PWD|$(type -t hpctrain)"')
+    child.expect(r"V=(\d+)\|(\S*)\|(\S*)\|(\S*)\r\n")
+    job_id, rdir, cwd, kind = child.match.groups()
+    assert (rdir, cwd) == (str(cluster_dir), str(cluster_dir / "code")), child.match.groups()
+    assert kind == "function"  # the node has no hpctrain on its PATH
+    child.expect(PROMPT)
+
+    child.sendline('hpctrain launch; echo launch-status"=$?"')
+    child.expect(r"launch-status=(\d+)", timeout=180)
+    log = (cluster_dir / "logs" / f"slurm-{job_id}.out").read_text()
+    assert child.match.group(1) == "0", log
+    results = [json.loads(p.read_text()) for p in sorted((cluster_dir / "results").glob("rank-*.json"))]
+    assert sorted(r["rank"] for r in results) == [0, 1], log
+    assert len({r["host"] for r in results}) == 2, results
+    child.expect(PROMPT)
+
+    child.sendline("exit")
+    child.expect(r"shell ended \(status 0\)")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert not listed(job_id), "the allocation outlived its shell"
+    rec = json.loads((mirror / "run.json").read_text())
+    assert rec["job_id"] == job_id and rec["remote"]["path"] == str(cluster_dir), rec
+    assert rec["interactive"] is True, rec
+    assert laptop("status", mirror.name, cwd=project).returncode == 0
+    assert sorted(p.name for p in (mirror / "results").glob("rank-*.json")) == ["rank-0.json", "rank-1.json"]
+
+
+def test_a_killed_laptop_shell_releases_its_allocation_on_the_cluster(home, site, project, far):
+    """The laptop's hpctrain killed outright (a closed lid, a crashed terminal): its ssh gets
+    SIGHUP from the kernel and ends, the login node's sshd hangs up the session, and salloc
+    releases the allocation."""
+    import signal
+
+    import pexpect
+
+    from tests.slurm.survive import wait_until
+    from tests.slurm.test_interactive import PROMPT, listed
+    jf = job(project, "lap-kill", nodes=1, procs=1)
+    child = pexpect.spawn(str(ON_LAPTOP), [sys.executable, "-m", "hpctrain", "shell", jf.name,
+                                           "--site", str(site)],
+                          cwd=str(project), encoding="utf-8", timeout=120, dimensions=(40, 200))
+    child.logfile_read = sys.stdout
+    child.expect(PROMPT)
+    child.sendline('echo "J""=$SLURM_JOB_ID"')
+    child.expect(r"J=(\d+)\r\n")
+    job_id = child.match.group(1)
+    assert listed(job_id)
+    os.kill(child.pid, signal.SIGKILL)
+    wait_until(lambda: not listed(job_id), 60, "the allocation to be released")
+    child.close(force=True)

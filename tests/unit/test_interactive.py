@@ -129,3 +129,20 @@ def test_the_allocation_file_is_read_as_untrusted_data(tmp_path):
     assert _allocation(run) is None
     where.write_text("4242\n")
     assert _allocation(run) == "4242"
+
+
+def test_secrets_are_refused_for_a_shell_through_a_login_host(home, tmp_path, capsys, monkeypatch):
+    """submit hands secrets to the login node's sbatch on ssh's standard input; an interactive
+    session's is the terminal, so a shell through a login host refuses a job with secrets
+    (before any connection) and says what to do instead."""
+    import yaml
+    site = yaml.safe_load((Path(__file__).parents[2] / "site_configs" / "localcluster.yaml").read_text())
+    site.update(name="far", login="me@login.example", remote={"runs_dir": "/scratch/me/runs"})
+    (tmp_path / "far.yaml").write_text(yaml.safe_dump(site))
+    (tmp_path / "JOB").write_text(yaml.safe_dump(dict(JOB, secrets=["MY_TOKEN"])))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MY_TOKEN", "s3cr3t-value")
+    assert main(["shell", "JOB", "--site", str(tmp_path / "far.yaml")]) == 2
+    out, err = capsys.readouterr()
+    assert "secrets (MY_TOKEN) cannot reach a shell through site 'far''s login host" in err, err
+    assert "fix: " in err and "s3cr3t-value" not in out + err

@@ -383,6 +383,18 @@ class RemoteBackend(Backend):
         return ["ssh", self.far["login"], "--", *self.inner.submit_command(script, plan)]
 
     def submit(self, run: Run, prep) -> str:
+        self.stage(run, prep)
+        secrets = {name: os.environ.get(name, "") for name in prep.plan.secrets}
+        if prep.plan.notify and os.environ.get(prep.plan.notify["url_from"]):
+            # The job's webhook URL (notify.url_from) travels like a secret: by name, on stdin.
+            name = prep.plan.notify["url_from"]
+            secrets[name] = os.environ[name]
+        with commands.on(self.login.with_env(secrets)):
+            return self.inner.submit(run, prep)
+
+    def stage(self, run: Run, prep) -> None:
+        """The login node checked (its tool, the run directory, the cluster's Python), then the
+        run directory written here and the job's code copied to the cluster."""
         job, far_dir = prep.job, Path(self.far["path"])
         where = job.origins.site(("login",)) if job.origins is not None else None
         run.update(extra=dict(run.record.extra, remote=self.far))
@@ -404,13 +416,15 @@ class RemoteBackend(Backend):
         run.update(extra=dict(run.record.extra, remote=dict(
             self.far, code={"from": job.workdir, "files": len(files), "bytes": total},
             python=version)))
-        secrets = {name: os.environ.get(name, "") for name in prep.plan.secrets}
-        if prep.plan.notify and os.environ.get(prep.plan.notify["url_from"]):
-            # The job's webhook URL (notify.url_from) travels like a secret: by name, on stdin.
-            name = prep.plan.notify["url_from"]
-            secrets[name] = os.environ[name]
-        with commands.on(self.login.with_env(secrets)):
-            return self.inner.submit(run, prep)
+
+    def shell_command(self, plan, rcfile: Path, record: Path) -> list[str]:
+        """The scheduler's shell command run on the login node, over the shared connection,
+        with a terminal (-tt): a closed terminal or a dropped connection hangs up the remote
+        session, and salloc releases the allocation on that SIGHUP as it does here."""
+        ssh = self.login.ssh
+        command = ssh.command(self.login.host, self.inner.shell_command(plan, rcfile, record))
+        at = command.index("--")
+        return [*command[:at], "-tt", *command[at:]]
 
     def resubmit(self, run: Run, exclude: list[str]) -> str:
         """`submit --resume` of a run on the cluster: its script submitted again there, by the
