@@ -44,13 +44,15 @@ def prepare_shell(job: Job, run_id: str | None = None):
     roots = backend_class(prep.backend).shell_roots
     if roots is None:
         raise backend(prep.backend)._no_interactive("hpctrain shell")
-    if prep.mirror is not None and prep.plan.secrets:
-        # submit hands them to the login node's sbatch on the ssh session's standard input; an
-        # interactive session's standard input is the terminal, and a file or an argument
-        # would show them to the cluster's other users.
+    over_ssh = prep.mirror is not None or not backend_class(prep.backend).shell_takes_secrets
+    if over_ssh and prep.plan.secrets:
+        # submit hands them to the far side on the ssh session's standard input; an interactive
+        # session's standard input is the terminal, and a file or an argument would show them
+        # to the other users of the machines.
+        how = "through its login host" if prep.mirror is not None else "on its hosts"
         raise HpctrainError(f"the job's secrets ({', '.join(prep.plan.secrets)}) cannot reach "
-                            f"a shell through site '{job.site.name}''s login host: only "
-                            "submit passes them there", job.source,
+                            f"a shell on site '{job.site.name}' {how}: only submit passes "
+                            "them there", job.source,
                             "leave secrets: out for the shell (--set secrets=[]) and export "
                             "them in it before hpctrain launch, or submit the job")
     # An interactive allocation is not requeued and sends no events: the launch has neither.
@@ -70,12 +72,11 @@ def shell(job: Job, say=print) -> int:
     with write_run(prep, source, extra={"interactive": True}) as run:
         write_atomic(run.path / RCFILE, rc_text, mode=0o644)
         write_atomic(run.path / LAUNCH, launch_text, mode=0o755)
-    if prep.mirror is not None:
-        try:  # the run directory and the code copied to the cluster
-            chosen.stage(run, prep)
-        except HpctrainError as exc:
-            run.update(state="FAILED", final=True, reason=f"not copied to the cluster: {exc}")
-            raise
+    try:  # what the run needs where the shell runs (through a login host: copied there)
+        chosen.stage(run, prep)
+    except HpctrainError as exc:
+        run.update(state="FAILED", final=True, reason=f"the shell did not start: {exc}")
+        raise
     command = chosen.shell_command(prep.plan, far / RCFILE, far / ALLOCATION)
     say(f"shell {prep.job.spec.name}  run {run.id}  on {prep.job.site.name}")
     say(f"run directory: {far}" + (f" (on the cluster; here: {run.path})" if far != run.path else ""))
@@ -91,7 +92,7 @@ def shell(job: Job, say=print) -> int:
                             fix="check the job's partition, account, nodes and time against the "
                             "site (sinfo); hpctrain submit JOB --dry-run shows its directives")
     if run.record.job_id != job_id:
-        run.update(job_id=job_id, state="SUBMITTED")
+        run.update(job_id=job_id, state="SUBMITTED", **chosen.shell_record(run))
         add_to_index(run)
     say(f"shell ended (status {status}); its run stays: hpctrain logs {run.id}")
     return status
@@ -157,7 +158,7 @@ class _Recorder:
             _fetch(self.run, self.chosen)
         job_id = _allocation(self.run)
         if job_id is not None:
-            self.run.update(job_id=job_id, state="SUBMITTED")
+            self.run.update(job_id=job_id, state="SUBMITTED", **self.chosen.shell_record(self.run))
             add_to_index(self.run)
 
 

@@ -143,6 +143,16 @@ class Backend(abc.ABC):
     # `attach`). shell_roots: the templates of this scheduler's folder that render the shell's
     # rcfile and its launch (None: the scheduler has no interactive allocation).
     shell_roots: ClassVar[tuple[str, str] | None] = None
+    # Whether the shell command can hand the job's secrets on (from this process's environment):
+    # not where its standard input is the terminal and its environment stays here (ssh).
+    shell_takes_secrets: ClassVar[bool] = True
+
+    def stage(self, run: Run, prep) -> None:
+        """Before the shell command: what the run needs where the shell runs (copies, records)."""
+
+    def shell_record(self, run: Run) -> dict:
+        """run.json fields for the shell once its id is recorded (status finds it by them)."""
+        return {}
 
     def shell_command(self, plan, rcfile: Path, record: Path) -> list[str]:
         """The command that gets an allocation with the plan's resources and directives and
@@ -170,8 +180,8 @@ class Backend(abc.ABC):
     def _no_interactive(self, what: str):
         from ..errors import HpctrainError
         return HpctrainError(f"{what}: the {self.name} backend has no interactive allocation",
-                             fix="shell: a site whose scheduler is slurm or local; attach: slurm "
-                             "or ssh (--site SITE); or submit the job: hpctrain submit JOB")
+                             fix="a site whose scheduler is slurm or ssh (shell: local too), "
+                             "--site SITE; or submit the job: hpctrain submit JOB")
 
     def fetch(self, run: Run) -> None:
         """Bring the run's files here where its nodes keep them (`logs` calls this first)."""

@@ -85,17 +85,7 @@ class LocalBackend(Backend):
                 "hpctrain-shell", str(record), "bash", "--rcfile", str(rcfile), "-i"]
 
     def inside(self, job_id: str) -> bool:
-        shell = job_id.rpartition("-")[2]
-        pid = os.getpid()
-        while pid > 1:
-            if str(pid) == shell:
-                return True
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    pid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                return False
-        return False
+        return under(job_id.rpartition("-")[2])
 
     def submit(self, run: Run, prep) -> str:
         import subprocess
@@ -262,3 +252,18 @@ def processes_of(run_dir: Path) -> list[int]:
             if _start_time(pid) is not None:
                 pids.append(pid)
     return pids
+
+
+def under(shell: str) -> bool:
+    """Whether this process descends from the process `shell` (a pid) of this machine: the
+    interactive shell that `launch` must run in."""
+    pid = os.getpid()
+    while pid > 1:
+        if str(pid) == shell:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False

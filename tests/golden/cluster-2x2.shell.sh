@@ -73,8 +73,6 @@ export HPCTRAIN_HEAD=$HEAD
 log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | paste -sd, -)"
 export NNODES RUN_DIR
 set +e +u +o pipefail  # an interactive shell: a failing command is not the end of it
-# A cluster reached through its login host may not have hpctrain: the launch still answers to
-# its name.
 if ! command -v hpctrain >/dev/null 2>&1; then
   hpctrain() {
     if [[ $# -eq 1 && $1 == launch ]]; then

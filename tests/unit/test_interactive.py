@@ -73,7 +73,8 @@ def test_on_the_local_site_the_launch_is_the_job_script_itself(home):
 
 
 @pytest.mark.parametrize("argv,said", [
-    (["shell", "JOB", "--site", "locallab"], "the ssh backend has no interactive allocation"),
+    (["shell", "JOB", "--site", "./rsync.yaml"], "hpctrain shell needs the run directory shared with the hosts"),
+    (["shell", "SECRET", "--site", "locallab"], "cannot reach a shell on site 'locallab' on its hosts"),
     (["shell", "SWEEP", "--site", "localcluster"], "not a sweep"),
     (["launch"], "hpctrain launch runs in the shell of `hpctrain shell JOB`"),
     (["attach", "x", "--stacks", "--rank", "1"], "--stacks prints every rank's stack"),
@@ -82,11 +83,17 @@ def test_errors_say_what_to_do_and_exit_2(argv, said, home, tmp_path, capsys, mo
     import yaml
     (tmp_path / "JOB").write_text(yaml.safe_dump(dict(JOB, resources={"nodes": 1})))
     (tmp_path / "SWEEP").write_text(yaml.safe_dump(dict(JOB, sweep={"seeds": [1, 2]})))
+    (tmp_path / "SECRET").write_text(yaml.safe_dump(dict(JOB, resources={"nodes": 1},
+                                                         secrets=["MY_TOKEN"])))
+    lab = yaml.safe_load((Path(__file__).parents[2] / "site_configs" / "locallab.yaml").read_text())
+    (tmp_path / "rsync.yaml").write_text(yaml.safe_dump(dict(lab, name="lab-rsync", sync="rsync")))
+    monkeypatch.setenv("MY_TOKEN", "s3cr3t-value")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("HPCTRAIN_RUN_DIR", raising=False)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "\nerror: " in "\n" + err and said in err and "fix:" in err and "Traceback" not in err
+    assert "s3cr3t-value" not in err
 
 
 DUMP = """step 7 of rank 1
@@ -144,5 +151,5 @@ def test_secrets_are_refused_for_a_shell_through_a_login_host(home, tmp_path, ca
     monkeypatch.setenv("MY_TOKEN", "s3cr3t-value")
     assert main(["shell", "JOB", "--site", str(tmp_path / "far.yaml")]) == 2
     out, err = capsys.readouterr()
-    assert "secrets (MY_TOKEN) cannot reach a shell through site 'far''s login host" in err, err
+    assert "secrets (MY_TOKEN) cannot reach a shell on site 'far' through its login host" in err, err
     assert "fix: " in err and "s3cr3t-value" not in out + err

@@ -46,6 +46,7 @@ _STOP = ('if [[ ! -r $1 ]]; then echo "hpctrain stop: $(hostname): no copy of th
 _ALIVE = ('while (( $# >= 2 )); do s=$(sed "s/^.*) //" "/proc/$1/stat" 2>/dev/null | '
           "awk '{print $1, $20}') || s=; if [[ -n $s && ${s%% *} != Z && ${s#* } == \"$2\" ]]; "
           'then echo 1; else echo 0; fi; shift 2; done')
+SHELL_PID = "shell-pid"  # status/: the interactive shell's "PID START" on the first host
 _PUSHED = ["/job.sh", "/rank/", "/bootstrap.json", "/job.yaml", "/run.json", "/.submitting",
            "/tasks/*/job.sh", "/tasks/*/rank/", "/tasks/*/bootstrap.json", "/tasks/*/job.yaml"]
 # While a run is followed: what `status` and `logs` read. Once it ended: everything.
@@ -294,6 +295,59 @@ class SshBackend(Backend):
         tail = " ".join((started.stdout + started.stderr).split())[-500:]
         return (f"the job did not start on {head}: {tail or 'exit status %d' % started.status}",
                 f"see {head}'s message above")
+
+    # ------------------------------------------------------------------------------ shell
+
+    # `hpctrain shell`: a shell on the first host (ssh -t) with the job's environment;
+    # `hpctrain launch` in it runs the job script itself there, as its batch shell, in the
+    # foreground (templates/ssh/launch.sh.j2 is job.sh.j2).
+    shell_roots = ("shell.sh.j2", "launch.sh.j2")
+    shell_takes_secrets = False  # ssh -t: the shell's standard input is the terminal
+
+    def stage(self, run: Run, prep) -> None:
+        """The hosts recorded in run.json (status, attach and cancel find them there); a site
+        whose hosts keep their own copies (sync: rsync) is refused: the shell's records are
+        written on the first host."""
+        site = prep.job.site
+        mode = sync_rule(site)[0]
+        if mode == "rsync":
+            raise HpctrainError(f"hpctrain shell needs the run directory shared with the hosts; "
+                                f"site '{site.name}' copies it to them (sync: rsync)",
+                                prep.job.origins.site(("sync",)) if prep.job.origins else None,
+                                "submit the job (hpctrain submit JOB), or use a site whose hosts "
+                                "share the runs directory (sync: shared)")
+        values = prep.plan.scheduler
+        run.update(extra=dict(run.record.extra, ssh={
+            "hosts": values["hosts"], "ssh": values["ssh"], "sync": mode,
+            "connect_timeout": site.ssh.connect_timeout}))
+
+    def shell_command(self, plan, rcfile: Path, record: Path) -> list[str]:
+        """ssh -t to the first host, bash there with the rcfile; it writes its id (HEAD:PID) to
+        RECORD and its pid and start time beside it (status: alive while the shell is)."""
+        head = plan.scheduler["hosts"][0]
+        ssh = openssh.Ssh(plan.scheduler["ssh"])
+        command = ssh.command(head, [
+            "bash", "-c", 'printf "%s:%s\\n" "$1" "$$" >"$2" && '
+            'printf "%s %s\\n" "$$" "$(sed "s/^.*) //" /proc/$$/stat | cut -d " " -f 20)" >"$3" '
+            '&& shift 3 && exec "$@"', "hpctrain-shell", head, str(record),
+            str(record.parent / SHELL_PID), "bash", "--rcfile", str(rcfile), "-i"])
+        at = command.index("--")
+        return [*command[:at], "-t", *command[at:]]
+
+    def shell_record(self, run: Run) -> dict:
+        import re
+        from ...runs.untrusted import read_text
+        try:  # run-directory data: bounded, a regular file, checked by a full match
+            text = read_text(run.path / "status" / SHELL_PID, limit=64).strip()
+        except OSError:
+            return {}
+        m = re.fullmatch(r"([0-9]{1,9}) ([0-9]{1,20})", text)
+        return {"pid": int(m.group(1)), "pid_start": m.group(2),
+                "submitted_ts": time.time()} if m else {}
+
+    def inside(self, job_id: str) -> bool:
+        from ..local import under
+        return under(job_id.rpartition(":")[2])
 
     # ------------------------------------------------------------------------------ state
 
