@@ -236,7 +236,7 @@ def plan(spec: JobSpec, site: SiteProfile, run_dir: str, workdir: str, gpus: boo
     extra = list(sc.options.get(runtime, [])) + list(c.options)
     out: dict = {"runtime": runtime, "image": image, "stage": stage, "make_dirs": make_dirs,
                  "step_options": [], "prefix": [], "env_prefix": None, "names": names,
-                 "binds": binds, "supervised": runtime in SUPERVISED}
+                 "binds": binds, "supervised": runtime in SUPERVISED, "interactive": []}
     if runtime in ("apptainer", "singularity"):
         out["env_prefix"] = "APPTAINERENV_" if runtime == "apptainer" else "SINGULARITYENV_"
         words = [*command, "exec", "--cleanenv"]
@@ -263,6 +263,9 @@ def plan(spec: JobSpec, site: SiteProfile, run_dir: str, workdir: str, gpus: boo
         words += ["--workdir", workdir_in, *extra, image]
         out["prefix"] = [*shlex.split(sc.host_python), f"{literal(run_dir)}/rank", "container",
                          *command, "--", *words]
+        # `hpctrain shell`'s shell in the image: a terminal of its own (-it), no supervisor (the
+        # terminal's signals are the shell's; --rm removes it when the shell ends).
+        out["interactive"] = [*command, "run", "--rm", "-it", *words]
     return out
 
 

@@ -91,3 +91,63 @@ printf '%s\n' 'hpctrain shell: ddp-check'", allocation $SLURM_JOB_ID on $(scontr
   "  hpctrain launch   the job's launch on every node (each one an attempt in the run directory)" \
   "  exit              leave; the allocation is released"
 PS1='[ddp-check] ''\h:\w\$ '
+
+# --- container: apptainer (hpctrain/job/containers.py) --------------------------------
+# This shell stays on the host; on every node the launch runs in $TMPDIR/images/train.sif:
+# the run and working directories are bound at the same paths.
+# On every node: the image copied to node-local storage.
+# shellcheck disable=SC2016,SC2154  # $NAME in container paths comes from the node's environment
+PREPARE_OUT=$( bash -c 'set -eu
+if [[ -n "$1" ]]; then
+  mkdir -p "$2"
+  target="$2/$(basename "$1")"
+  [[ "$target" -nt "$1" ]] || { cp "$1" "$target.$$.part" && mv -f "$target.$$.part" "$target"; }
+fi
+shift 2
+for d in "$@"; do mkdir -p "$d"; done' hpctrain-prepare /scratch/images/train.sif "${TMPDIR}"/images 2>&1) || {
+  record_failure container 1 "preparing the container on the nodes failed: $PREPARE_OUT"
+  die "preparing the container on the nodes failed: $PREPARE_OUT"
+}
+# --cleanenv: the ranks get only the variables named here, each exported per task from the
+# task's own environment as APPTAINERENV_NAME (a secret's value never appears in this
+# file nor in an argument list that other users of the node could read).
+# shellcheck disable=SC2016,SC2154
+CONTAINER=(bash -c 'for v in NCCL_SOCKET_IFNAME WANDB_PROJECT ACCEPT_EULA TORCH_ELASTIC_SHUTDOWN_TIMEOUT WANDB_RUN_ID WANDB_RESUME WANDB_DIR HPCTRAIN_TENSORBOARD_DIR HPCTRAIN_RUN_DIR HPCTRAIN_JOB_NAME HPCTRAIN_SITE HPCTRAIN_LIBRARY WANDB_API_KEY HPCTRAIN_JOB_ID HPCTRAIN_PORT HPCTRAIN_SPARE_PORT HPCTRAIN_HEAD HPCTRAIN_NODES SLURM_JOB_ID SLURM_STEP_ID SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS SLURM_NTASKS_PER_NODE SLURM_CPUS_PER_TASK SLURMD_NODENAME SLURM_JOB_NODELIST SLURM_RESTART_COUNT SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID CUDA_VISIBLE_DEVICES NVIDIA_VISIBLE_DEVICES; do [[ -z "${!v+x}" ]] || export "APPTAINERENV_$v=${!v}"; done; exec "$@"' hpctrain-container
+  apptainer exec --cleanenv --nv --bind /runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID --bind /work/job:/work/job --bind /data:/data:ro --bind "${HOME}"/.netrc:"${HOME}"/.netrc --pwd /work/job --writable-tmpfs "${TMPDIR}"/images/train.sif)
+
+# --- the shell in the container ---------------------------------------------------------------
+# The shell runs in the job's container on this node, with what the ranks get there: the
+# image, the binds, the job's variables, the working directory (the step runs `in_container`
+# after this file). `hpctrain launch` typed there ends it; the launch runs here on the host,
+# where srun is, with this terminal; then the container's shell starts again (a new one: what
+# was set in the last one is gone).
+CONTAINER_SHELL=("${CONTAINER[@]}")
+{
+  printf 'HPCTRAIN_SHELL_RUN=%q\n' "$RUN_DIR"
+  cat <<'RC'
+hpctrain() {
+  if [[ $# -eq 1 && $1 == launch ]]; then
+    : >"$HPCTRAIN_SHELL_RUN/status/launch-request"
+    exit 0
+  fi
+  echo "hpctrain: in the container only 'hpctrain launch' works: it runs the launch on the host and comes back here" >&2
+  return 2
+}
+if [[ -s $HPCTRAIN_SHELL_RUN/status/launch-status ]]; then
+  echo "hpctrain launch: exit status $(cat "$HPCTRAIN_SHELL_RUN/status/launch-status")"
+fi
+RC
+  printf 'PS1=%q\n' '[ddp-check] (container) \h:\w\$ '
+} >"$RUN_DIR/container.rc"
+in_container() {
+  local status
+  rm -f "$RUN_DIR/status/launch-status"
+  while true; do
+    rm -f "$RUN_DIR/status/launch-request"
+    "${CONTAINER_SHELL[@]}" bash --rcfile "$RUN_DIR/container.rc" -i
+    status=$?
+    [[ -e $RUN_DIR/status/launch-request ]] || return "$status"
+    bash "$RUN_DIR/launch.sh"
+    echo "$?" >"$RUN_DIR/status/launch-status"
+  done
+}

@@ -189,3 +189,52 @@ def test_a_refused_allocation_is_an_error_with_the_schedulers_words(cli, cluster
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "invalid partition" in proc.stderr.lower()  # salloc's own words, above hpctrain's
     assert "error: no allocation was granted" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_shell_in_the_jobs_podman_container_launches_from_it(cli, cluster, tmp_path):
+    """A job with a container: the shell runs in it on the first node (the image, the binds, the
+    job's variables); `hpctrain launch` there runs the launch on the host (where srun is), its
+    ranks in containers as the batch job's, and comes back to a new shell in the container;
+    exit releases the allocation and leaves no container."""
+    import json
+
+    from tests.slurm.test_containers import IMAGE, containers, mounts
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    jf = job_file(tmp_path, "in-image", nodes=2, procs=1, args=["--seconds", "1"])
+    container = {"runtime": "podman", "image": IMAGE, "mounts": mounts(extra)}
+    child = spawn("shell", str(jf), "--site", cluster, "--set", f"container={json.dumps(container)}")
+    inside = re.compile(r"\[in-image\] \(container\) [^\r\n]*[$#] ")
+    run_dir = run_dir_of(child)
+    child.expect(inside, timeout=120)
+    job_id = allocation(run_dir)
+    m = ask_in(child, inside, 'echo "C""=$([[ -e /run/.containerenv ]] && echo yes)|$SLURM_JOB_ID|'
+               '$HPCTRAIN_RUN_DIR|$(type -t hpctrain)"', r"C=(.*)\r\n")
+    assert m.group(1).split("|") == ["yes", job_id, str(run_dir), "function"], m.group(1)
+    assert [c for c in containers(job_id) if c] == [], "the shell's container is not a rank's"
+
+    child.sendline("hpctrain launch")
+    child.expect(r"hpctrain launch: exit status (\d+)", timeout=180)
+    log = (run_dir / "logs" / f"slurm-{job_id}.out").read_text()
+    assert child.match.group(1) == "0", log
+    child.expect(inside)
+    assert "done: all ranks exited 0" in log
+    got = read_results(run_dir)
+    assert sorted(r["rank"] for r in got) == [0, 1] and len({r["host"] for r in got}) == 2, got
+
+    child.sendline("exit")
+    child.expect(r"shell ended \(status 0\)", timeout=60)
+    child.expect(pexpect.EOF)
+    assert not listed(job_id), "the allocation outlived its shell"
+    wait_until(lambda: not subprocess.run(
+        ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs", "ps", "-a", "-q",
+         "--filter", f"ancestor={IMAGE}"], capture_output=True, text=True).stdout.strip(), 30,
+        "no container left")
+
+
+def ask_in(child: pexpect.spawn, prompt: re.Pattern, command: str, answer: str) -> re.Match:
+    child.sendline(command)
+    child.expect(answer, timeout=30)
+    found = child.match
+    child.expect(prompt)
+    return found

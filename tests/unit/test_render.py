@@ -257,7 +257,8 @@ def test_shellcheck_clean(case, site_dir, home, shellchecked):
 
 # `hpctrain shell`'s rcfile and interactive launch (hpctrain/interactive.py), reviewed as the
 # batch scripts are: tests/golden/<case>.shell.sh and <case>.launch.sh.
-SHELL_CASES = ["cluster-2x2", "apptainer-2x4-gpus-secrets", "local-1x2", "ssh-2x2"]
+SHELL_CASES = ["cluster-2x2", "apptainer-2x4-gpus-secrets", "podman-cluster-2x2", "pyxis-2x4-gpus",
+               "local-1x2", "ssh-2x2"]
 
 
 @pytest.mark.parametrize("case", SHELL_CASES)

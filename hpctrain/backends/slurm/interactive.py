@@ -37,8 +37,12 @@ def shell_command(plan, rcfile: Path, record: Path) -> list[str]:
     """salloc with the job's resources, whose command (on this host) writes the job id to
     RECORD and starts the shell on the allocation's first node (--relative=0) as a step that
     overlaps every other: the launch's steps get the whole allocation."""
+    # A job with a container: the rcfile's environment, then the shell in the container
+    # (in_container, templates/slurm/shell.sh.j2), not one on the node itself.
+    bash = (["bash", "-c", 'source "$1" && in_container', "hpctrain-shell", str(rcfile)]
+            if plan.container else ["bash", "--rcfile", str(rcfile), "-i"])
     shell = ["srun", "--pty", "--overlap", "--relative=0", "--nodes=1", "--ntasks=1",
-             "--cpus-per-task=1", *step_gpus(plan), "bash", "--rcfile", str(rcfile), "-i"]
+             "--cpus-per-task=1", *step_gpus(plan), *bash]
     return ["salloc", *salloc_options(plan.directives), "bash", "-c",
             'printf "%s\\n" "$SLURM_JOB_ID" >"$1" && shift && exec "$@"', "hpctrain-shell",
             str(record), *shell]
