@@ -43,6 +43,11 @@ def container_name() -> str:
     return "hpct-{}-{}-{}".format(job, env.get("SLURM_STEP_ID", "0"), env.get("SLURM_PROCID", "0"))
 
 
+def node_name() -> str:
+    import socket
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def kill_wait() -> int:
     """Slurm's KillWait (how long after SIGTERM it SIGKILLs the step), asked before any signal."""
     if not os.environ.get("SLURM_JOB_ID"):
@@ -130,6 +135,8 @@ class Supervisor:
         proc = subprocess.Popen([*self.command, "run", "--rm", "--sig-proxy=false", *logs,
                                  "--name", self.name,
                                  "--label", f"hpctrain.job={os.environ.get('SLURM_JOB_ID', '')}",
+                                 # (`attach` finds this node's: a runtime's storage can be shared)
+                                 "--label", f"hpctrain.node={node_name()}",
                                  *self.run_args])
         while not self.pid and proc.poll() is None:
             out = self.tool("inspect", "--format", "{{.State.Pid}}", self.name).stdout.strip()

@@ -186,20 +186,35 @@ def job_notify_var(run_path: Path) -> str | None:
     return name if isinstance(name, str) and ENV_NAME.fullmatch(name) else None
 
 
-def job_secrets(run_path: Path) -> list[str]:
-    """The secret names of a run's resolved job (its job.yaml, as submit wrote it), checked:
-    environment variable names, at most 256. `submit --resume` needs them set again."""
+def _job_doc(run_path: Path) -> dict:
+    """A run's resolved job (its job.yaml, as submit wrote it): {} when there is none."""
     import yaml
     path = Path(run_path) / "job.yaml"
     try:
         data = yaml.safe_load(read_regular(path, MAX_RECORD).decode("utf-8")) or {}
     except FileNotFoundError:
-        return []
+        return {}
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise HpctrainError(f"cannot read {path}: {getattr(exc, 'strerror', None) or 'not YAML text'}",
                             fix="restore it (hpctrain writes it at submit) or submit the job "
                             "file again") from None
-    names = data.get("secrets") if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def job_container_tool(run_path: Path) -> str | None:
+    """'podman' or 'docker' when a run's job runs its ranks in a container of that runtime (the
+    names hpctrain itself runs: nothing else from the file becomes a command); None otherwise."""
+    container = _job_doc(run_path).get("container")
+    runtime = container.get("runtime") if isinstance(container, dict) else None
+    return runtime if runtime in ("podman", "docker") else None
+
+
+def job_secrets(run_path: Path) -> list[str]:
+    """The secret names of a run's resolved job (its job.yaml, as submit wrote it), checked:
+    environment variable names, at most 256. `submit --resume` needs them set again."""
+    path = Path(run_path) / "job.yaml"
+    data = _job_doc(run_path)
+    names = data.get("secrets")
     if names is None:
         return []
     if not (isinstance(names, list) and len(names) <= 256

@@ -238,3 +238,31 @@ def ask_in(child: pexpect.spawn, prompt: re.Pattern, command: str, answer: str) 
     found = child.match
     child.expect(prompt)
     return found
+
+
+def test_attach_enters_the_ranks_podman_container(cluster, tmp_path, home):
+    """A job whose ranks run in Podman containers: attach opens its shell in the container of
+    the node's rank (the ranks' variables, /run/.containerenv), and the job goes on."""
+    import json
+
+    from tests.conftest import Cli
+    from tests.slurm.test_containers import IMAGE, mounts
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    jf = job_file(tmp_path, "attach-image", nodes=2, procs=1, args=["--seconds", "60"])
+    container = {"runtime": "podman", "image": IMAGE, "mounts": mounts(extra)}
+    job_id, run_dir = submitted(Cli()("submit", str(jf), "--site", cluster,
+                                      "--set", f"container={json.dumps(container)}").stdout)
+    try:
+        wait_until(lambda: len(list((run_dir / "logs").glob("rank-*.log"))) == 2
+                   and all("step 1 of" in p.read_text() for p in (run_dir / "logs").glob("rank-*.log")),
+                   90, "2 ranks running", job_id)
+        child = spawn("attach", str(run_dir), "--rank", "1")
+        child.sendline('echo "I""N=$([[ -e /run/.containerenv ]] && echo yes)|$SLURM_JOB_ID|$SLURM_PROCID"')
+        child.expect(r"IN=(\S*)\|(\d*)\|(\d*)\r\n")
+        assert child.match.groups() == ("yes", job_id, "1")  # rank 1's own container
+        child.sendline("exit")
+        child.expect(pexpect.EOF)
+        assert listed(job_id), "the job ended with the attached shell"
+    finally:
+        subprocess.run(["scancel", job_id])

@@ -153,3 +153,22 @@ def test_secrets_are_refused_for_a_shell_through_a_login_host(home, tmp_path, ca
     out, err = capsys.readouterr()
     assert "secrets (MY_TOKEN) cannot reach a shell on site 'far' through its login host" in err, err
     assert "fix: " in err and "s3cr3t-value" not in out + err
+
+
+def test_attach_enters_a_podman_or_docker_rank_container_by_its_labels(tmp_path):
+    """Only the names hpctrain runs become the attach step's tool: a job.yaml (run-directory
+    data) naming anything else, or another runtime, gets the node's own shell."""
+    from hpctrain.runs.untrusted import job_container_tool
+    cmd = attach_command("12", "node2", "/runs/x/1", "podman")
+    assert cmd[:8] == ["srun", "--jobid=12", "--overlap", "--pty", "--nodes=1", "--ntasks=1",
+                       "--nodelist=node2", "--chdir=/runs/x/1"]
+    assert cmd[8:10] == ["bash", "-c"] and cmd[-2:] == ["hpctrain-attach", "podman"]
+    assert 'label=hpctrain.node=$SLURMD_NODENAME' in cmd[10]
+    for runtime, tool in [("podman", "podman"), ("docker", "docker"), ("apptainer", None),
+                          ("pyxis", None), ("podman; rm -rf ~", None), (["podman"], None)]:
+        (tmp_path / "job.yaml").write_text(f"name: x\ncontainer: {{runtime: {runtime!r}}}\n"
+                                           if isinstance(runtime, str) else
+                                           "name: x\ncontainer: {runtime: [podman]}\n")
+        assert job_container_tool(tmp_path) == tool, runtime
+    (tmp_path / "job.yaml").write_text("name: x\n")
+    assert job_container_tool(tmp_path) is None

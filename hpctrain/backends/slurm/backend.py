@@ -69,8 +69,10 @@ class SlurmBackend(Backend):
         return inside(job_id)
 
     def attach_command(self, run: Run, node: str) -> list[str]:
+        from ...runs.untrusted import job_container_tool
         from .interactive import attach_command
-        return attach_command(str(run.record.job_id), node, str(run.path))
+        return attach_command(str(run.record.job_id), node, str(run.path),
+                              job_container_tool(run.path))
 
     def job_nodes(self, run: Run) -> list[str]:
         from .interactive import job_nodes

@@ -69,9 +69,25 @@ def job_nodes(job_id: str) -> list[str]:
     return names
 
 
-def attach_command(job_id: str, node: str, workdir: str) -> list[str]:
+# In the attach step, for a job whose ranks run in Podman or Docker containers: a shell in the
+# node's first container of the job (the launch's supervisor labels each with the job and the
+# node), or, with none there (yet, or any more), on the node.
+_INTO_CONTAINER = (
+    'tool=$1; name=$("$tool" ps --filter "label=hpctrain.job=$SLURM_JOB_ID" '
+    '--filter "label=hpctrain.node=$SLURMD_NODENAME" '
+    '--format "{{.Names}}" 2>/dev/null | sort | head -n 1); '
+    'if [[ -n $name ]]; then exec "$tool" exec -it "$name" bash -i; fi; '
+    'echo "hpctrain attach: no $tool container of job $SLURM_JOB_ID runs on $(hostname): '
+    'a shell on the node" >&2; exec bash -i')
+
+
+def attach_command(job_id: str, node: str, workdir: str, tool: str | None = None) -> list[str]:
+    """A shell on that node of the running job, as a step beside its others; in the ranks'
+    container there when the job's ranks run in one of `tool` (podman, docker)."""
+    shell = (["bash", "-c", _INTO_CONTAINER, "hpctrain-attach", tool] if tool
+             else ["bash", "-i"])
     return ["srun", f"--jobid={job_id}", "--overlap", "--pty", "--nodes=1", "--ntasks=1",
-            f"--nodelist={node}", f"--chdir={workdir}", "bash", "-i"]
+            f"--nodelist={node}", f"--chdir={workdir}", *shell]
 
 
 def on_nodes_command(job_id: str, nodes: list[str], command: list[str]) -> list[str]:
