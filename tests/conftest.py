@@ -138,21 +138,31 @@ def cluster(_cluster_lock):
     return "localcluster"
 
 
-def job_state(job_id: str) -> dict[str, str]:
+def job_states(job_id: str) -> list[dict[str, str]]:
+    """scontrol's record of the job: one per array task of an array (a task that started has a
+    job id of its own, the last pending ones share the array's)."""
     out = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], capture_output=True,
                          text=True).stdout
-    return dict(t.split("=", 1) for t in out.split() if "=" in t)
+    return [dict(t.split("=", 1) for t in line.split() if "=" in t)
+            for line in out.splitlines() if line.strip()]
+
+
+def job_state(job_id: str) -> dict[str, str]:
+    found = job_states(job_id)
+    return found[-1] if found else {}
 
 
 def wait_for_job(job_id: str, timeout: float = 180, states=("COMPLETED", "FAILED", "CANCELLED",
                  "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")) -> dict[str, str]:
-    """Poll scontrol until the job reaches one of `states`; fail the test on timeout."""
+    """Poll scontrol until the job (every task of an array) reaches one of `states`; a task
+    that did not complete is the one returned. Fail the test on timeout."""
     deadline = time.monotonic() + timeout
     info: dict[str, str] = {}
     while time.monotonic() < deadline:
-        info = job_state(job_id)
-        if info.get("JobState") in states:
-            return info
+        tasks = job_states(job_id)
+        info = tasks[-1] if tasks else {}
+        if tasks and all(t.get("JobState") in states for t in tasks):
+            return next((t for t in tasks if t.get("JobState") != "COMPLETED"), info)
         time.sleep(0.5)
     subprocess.run(["scancel", str(job_id)])
     raise AssertionError(f"job {job_id} did not reach {states} in {timeout}s: {info.get('JobState')}")
