@@ -8,8 +8,6 @@ are identical on every rank at the end (learning.py).
 """
 from __future__ import annotations
 
-import json
-import math
 import re
 import subprocess
 import sys
