@@ -136,8 +136,32 @@ def own_disks(base: Path, hosts=("node1", "node2")):
         yield disks
     finally:
         for host in mounted:
-            subprocess.run(["nsenter", f"--mount={NS_DIR}/{host}.mnt", "umount", str(base)],
-                           check=True)
+            _unmount(host, base)
+
+
+def _unmount(host: str, base: Path, timeout: float = 30) -> None:
+    """Unmount the host's own `base`, once what the test's run left there has ended: a process
+    that is going away (a stop's grace, an ssh session closing) can hold it a moment longer.
+    Still busy after `timeout`: the error names the processes whose directory is there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        proc = subprocess.run(["nsenter", f"--mount={NS_DIR}/{host}.mnt", "umount", str(base)],
+                              capture_output=True, text=True)
+        if proc.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            holders = []
+            for entry in Path("/proc").iterdir():
+                try:
+                    cwd = os.readlink(entry / "cwd")
+                    args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                if cwd == str(base) or cwd.startswith(str(base) + "/"):
+                    holders.append(f"{entry.name} (cwd {cwd}): {args[:200]}")
+            raise AssertionError(f"cannot unmount {base} on {host}: {proc.stderr.strip()}; "
+                                 f"processes there: {holders or 'none found by cwd'}")
+        time.sleep(0.5)
 
 
 def quoted(words) -> str:
