@@ -531,6 +531,9 @@ failure_cause() {
     # is the cause all the same.
     local killed=""
     while read -r rank message; do
+      # A rank that left its own note ended of it (a lost peer, then an abort at exit): not the
+      # silent death this looks for.
+      [[ ! -e "$RUN_DIR/status/rank-$rank.failed.json" ]] || continue
       node=$(grep -o '"node": *"[^"]*"' "$RUN_DIR/status/rank-$rank.json" 2>/dev/null | sed 's/.*"\([^"]*\)"$/\1/') || node=
       if [[ $node == "${first[0]:-}" ]]; then
         echo "rank $rank on $node was killed: $message (torchrun's report; the ranks that lost it failed after it)"
@@ -567,7 +570,6 @@ failure_cause() {
 # and this run's connections closed.
 on_exit() {
   local status=$? i cause
-  echo "$status" >"$RUN_DIR/status/exit_code"
   # (A failed node check named its cause already: no rank ran.)
   if (( status != 0 && ${STATUS:-0} != 0 )) && ! compgen -G "$RUN_DIR/status/preflight-failed-*.txt" >/dev/null; then
     cause=$(failure_cause) || cause=
@@ -575,6 +577,8 @@ on_exit() {
       record_failure ranks "$STATUS" "$cause"
     fi
   fi
+  # Last: `hpctrain status` takes the run as ended once this exists, and reads its cause then.
+  echo "$status" >"$RUN_DIR/status/exit_code"
   for (( i = 1; i < NNODES; i++ )); do
     "${SSH[@]}" -O exit -- "${HOSTS[i]}" >/dev/null 2>&1 || true
   done
