@@ -32,6 +32,12 @@ FIRST=${HOSTS[0]}
 RUN_TAG=$(printf '%s' "$RUN_DIR" | cksum | cut -d ' ' -f 1)
 CONTROL_DIR=/tmp/hpctrain-ssh-$(id -u)
 SSH=(ssh -o BatchMode=yes -o ConnectTimeout=5 -o LogLevel=ERROR -o ServerAliveInterval=15 -o ServerAliveCountMax=4 -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile=/var/lib/hpctrain-localcluster/ssh/known_hosts -o IdentityFile=/var/lib/hpctrain-localcluster/ssh/id_ed25519 -o IdentitiesOnly=yes -l root -o ControlMaster=auto -o "ControlPath=$CONTROL_DIR/$RUN_TAG-%C" -o ControlPersist=60)
+# ssh with this run's connection, started from /: the first one becomes the connection's master,
+# which outlives the run by ControlPersist and must not hold the run's directory (a cancelled
+# run's disk could not be unmounted for that minute).
+ssh_to() {
+  (cd / && exec "${SSH[@]}" "$@")
+}
 
 control_dir() {
   mkdir -m 700 "$CONTROL_DIR" 2>/dev/null || true
@@ -69,7 +75,7 @@ secrets() {
 stop_hosts() {  # [GRACE]: seconds from SIGTERM to SIGKILL (job.sh stop)
   local i stops=() within=(${1:+"$1"})
   for (( i = 1; i < NNODES; i++ )); do
-    "${SSH[@]}" -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" stop "${within[@]}")" </dev/null 2>&1 | sed 's/^/  /' &
+    ssh_to -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" stop "${within[@]}")" </dev/null 2>&1 | sed 's/^/  /' &
     stops+=("$!")
   done
   if (( NNODES > 1 )); then
@@ -84,7 +90,7 @@ ranks_ended() {
     if (( i == 0 )); then
       n=$(bash "$RUN_DIR/job.sh" ranks 2>/dev/null) || return 1
     else
-      n=$("${SSH[@]}" -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" ranks)" </dev/null 2>/dev/null) || return 1
+      n=$(ssh_to -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" ranks)" </dev/null 2>/dev/null) || return 1
     fi
     [[ $n == 0 ]] || return 1
   done
@@ -94,7 +100,7 @@ ranks_ended() {
 term_hosts() {
   local i terms=()
   for (( i = 1; i < NNODES; i++ )); do
-    "${SSH[@]}" -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" term)" </dev/null 2>&1 | sed 's/^/  /' &
+    ssh_to -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" term)" </dev/null 2>&1 | sed 's/^/  /' &
     terms+=("$!")
   done
   bash "$RUN_DIR/job.sh" term 2>&1 | sed 's/^/  /'
@@ -142,7 +148,7 @@ on_hosts() {
     if (( i == 0 )); then
       setsid "${step[@]}" </dev/null &
     else
-      "${SSH[@]}" -- "$host" "$(quoted "${step[@]}")" < <(secrets) &
+      ssh_to -- "$host" "$(quoted "${step[@]}")" < <(secrets) &
     fi
     pids+=("$!")
     ended+=("")
@@ -426,7 +432,7 @@ start_batch_shell() {
   local i pids=() failed=0
   for (( i = 1; i < NNODES; i++ )); do
     (
-      said=$("${SSH[@]}" -- "${HOSTS[i]}" true 2>&1 </dev/null) ||
+      said=$(ssh_to -- "${HOSTS[i]}" true 2>&1 </dev/null) ||
         { echo "hpctrain start: unreachable: ${HOSTS[i]}: $(paste -sd ' ' - <<<"$said")"; exit 1; }
     ) &
     pids+=("$!")
@@ -580,7 +586,7 @@ on_exit() {
   # Last: `hpctrain status` takes the run as ended once this exists, and reads its cause then.
   echo "$status" >"$RUN_DIR/status/exit_code"
   for (( i = 1; i < NNODES; i++ )); do
-    "${SSH[@]}" -O exit -- "${HOSTS[i]}" >/dev/null 2>&1 || true
+    ssh_to -O exit -- "${HOSTS[i]}" >/dev/null 2>&1 || true
   done
 }
 

@@ -149,9 +149,6 @@ def _unmount(host: str, base: Path, timeout: float = 30) -> None:
                               capture_output=True, text=True)
         if proc.returncode == 0:
             return
-        # The run's shared ssh connections (ControlPersist) keep the directory the head's batch
-        # shell had when it opened them: seen holding the code directory after a cancel.
-        close_connections()
         if time.monotonic() > deadline:
             holders = []
             for entry in Path("/proc").iterdir():
