@@ -87,7 +87,7 @@ def check_site(site: SiteProfile, doc: Located) -> None:
     top = port.fixed if port.fixed else port.base + 2 * (max(1, port.span // 2) - 1) + 1
     if top > 65535:
         raise HpctrainError(f"the port rule reaches port {top}: ports stop at 65535",
-                            doc.where(("port",)), f"lower port.base or port.span (base + span "
+                            doc.where(("port",)), "lower port.base or port.span (base + span "
                             "must stay within 65535)")
     from . import containers
     containers.check_site(site, doc.where)

@@ -8,7 +8,7 @@ import sys
 import yaml
 
 from tests.conftest import ROOT, submitted
-from tests.operate_helpers import status_json, wait_state
+from tests.operate_helpers import wait_state
 
 
 def test_the_rank_not_in_the_collective_is_named(cli, tmp_path):

@@ -16,7 +16,7 @@ import pytest
 from hpctrain.backends.local import processes_of
 from tests.conftest import ROOT, submitted
 from tests.hostile import canary_payloads, tried
-from tests.operate_helpers import WORKER, job_file, status_json, wait_state
+from tests.operate_helpers import job_file, status_json, wait_state
 
 ECHO = ROOT / "tests" / "programs" / "echo_rank.py"
 SUBMIT_UNTIL = ROOT / "tests" / "programs" / "submit_until.py"

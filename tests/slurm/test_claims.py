@@ -5,7 +5,6 @@ one query to slurmctld whatever the number of runs."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys

@@ -8,11 +8,10 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import yaml
 
-from tests.conftest import ROOT, read_results, submitted
+from tests.conftest import ROOT, submitted
 from tests.e2e.test_rl_training import write_failing_program
 from tests.operate_helpers import job_file, results, wait_state
 from tests.slurm.survive import attempts

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import textwrap
 
-import pytest
 
 
 def test_validate_summarises_the_launch_and_warns_once(cli, tmp_path):

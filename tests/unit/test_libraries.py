@@ -2,7 +2,6 @@
 the Slurm-filled parts differ), and the libraries' traps are caught at validation."""
 from __future__ import annotations
 
-import re
 import shlex
 import subprocess
 import sys
