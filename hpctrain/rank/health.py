@@ -53,8 +53,9 @@ def settings(run_dir: str) -> dict | None:
     return {**DEFAULTS, **health}
 
 
-def _smi(args: list[str], timeout: float, tool: str = "nvidia-smi") -> tuple[int, str]:
-    """(exit status, output) of nvidia-smi (or TOOL) ARGS; 124 when it did not answer in time."""
+def _query_tool(args: list[str], timeout: float, tool: str = "nvidia-smi") -> tuple[int, str]:
+    """(exit status, output) of TOOL ARGS, the GPU tools the gate reads (nvidia-smi, dcgmi),
+    bounded; 124 when it did not answer in time."""
     try:
         proc = subprocess.run([tool, *args], stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=timeout)
@@ -153,7 +154,7 @@ def gate(cfg: dict, node: str) -> dict:
             verdict["notes"].append("nvidia-smi is not on PATH: the GPUs were not checked")
         verdict["seconds"] = time.monotonic() - start
         return verdict
-    status, out = _smi([f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"],
+    status, out = _query_tool([f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"],
                        cfg["timeout"])
     rows = parse_gpus(out) if status == 0 else []
     if status != 0 and "is not a valid field" in out:
@@ -168,7 +169,7 @@ def gate(cfg: dict, node: str) -> dict:
         rows = ours(rows, os.environ.get("CUDA_VISIBLE_DEVICES"))
         remaps = None
         if cfg.get("row_remap") and rows:
-            code, text = _smi([f"--query-remapped-rows={REMAP_FIELDS}", "--format=csv"],
+            code, text = _query_tool([f"--query-remapped-rows={REMAP_FIELDS}", "--format=csv"],
                               cfg["timeout"])
             if code == 0:
                 remaps = parse_remaps(text)
@@ -192,7 +193,7 @@ def gate(cfg: dict, node: str) -> dict:
 def dcgm_diag() -> list[dict]:
     """`dcgmi diag -r 1 -j`: each result it failed, as the gate's problems; its exit status
     alone (non-zero: DCGM found an error) when its output names none."""
-    status, out = _smi(["diag", "-r", "1", "-j"], DCGM_TIMEOUT, tool="dcgmi")
+    status, out = _query_tool(["diag", "-r", "1", "-j"], DCGM_TIMEOUT, tool="dcgmi")
     problems = dcgm_failures(out)
     if status != 0 and not problems:
         first = next((line.strip() for line in out.splitlines() if line.strip()), "")

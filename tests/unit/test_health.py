@@ -87,7 +87,7 @@ def test_only_the_jobs_gpus_are_checked():
 def test_the_gate_reads_nvidia_smi_and_fails_when_it_fails(monkeypatch):
     answers = {}
     monkeypatch.setattr(health.shutil, "which", lambda name: "/bin/" + name)
-    monkeypatch.setattr(health, "_smi", lambda args, timeout: answers[args[0].split("=")[0]])
+    monkeypatch.setattr(health, "_query_tool", lambda args, timeout: answers[args[0].split("=")[0]])
     answers["--query-gpu"] = (0, "\n".join(FAKE.health_rows(4, FAKE.faults("ecc:1:2"),
                                                            health.GPU_FIELDS)))
     answers["--query-remapped-rows"] = (0, "\n".join(FAKE.remap_rows(4, {})))
@@ -204,7 +204,7 @@ def test_a_single_node_gets_the_gate_in_its_agent_and_a_failure_is_written_as_th
     monkeypatch.setattr(health.shutil, "which", lambda name: "/bin/" + name)
     rows = {"--query-gpu": (0, "\n".join(FAKE.health_rows(3, {}, health.GPU_FIELDS))),
             "--query-remapped-rows": (0, "\n".join(FAKE.remap_rows(3, {})))}
-    monkeypatch.setattr(health, "_smi", lambda args, timeout: rows[args[0].split("=")[0]])
+    monkeypatch.setattr(health, "_query_tool", lambda args, timeout: rows[args[0].split("=")[0]])
     assert preflight.health_only() == 1
     said = (run / "status" / "preflight-failed-node3.txt").read_text()
     assert said.startswith("node3 failed the health gate: 3 of the 4 GPUs the job expects")
@@ -304,7 +304,7 @@ def test_dcgm_diagnostic_fails_the_node_with_the_gpu_and_dcgms_words(monkeypatch
             asked.append((args, timeout))
             return answers["dcgmi"]
         return answers[args[0].split("=")[0]]
-    monkeypatch.setattr(health, "_smi", smi)
+    monkeypatch.setattr(health, "_query_tool", smi)
     monkeypatch.setattr(health.shutil, "which", lambda name: "/bin/" + name)
     answers["dcgmi"] = (226, json.dumps(dcgmi.report(4, (2, words))))
     verdict = health.gate({**CFG, "dcgm_diag": True}, "node3")
