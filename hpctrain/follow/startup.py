@@ -5,8 +5,10 @@ The phases follow one another on the critical path, each from the previous mark 
 
     setup       the batch shell's start -> its set-up done (modules, setup lines, container)
     imports     -> the slowest node's launch process has imported torch's launcher
-    health      -> the slowest node's check is over (health gate + node barrier), where it took
-                   longer than the import it runs beside; the gate's own seconds are health_gate_s
+    health      -> the slowest node's check is over (health gate + node barrier, then the
+                   network floor where the job sets one), where it took longer than the import
+                   it runs beside; the gate's own seconds are health_gate_s, the floor's
+                   network_floor_s
     rendezvous  -> rank 0 started (torchrun's rendezvous over, the workers spawned)
     library     -> rank 0's first progress report (the library's first iteration done)
 
@@ -80,6 +82,7 @@ def attempt(directory: str, job: str, number: int) -> dict:
     imported = [t for t in (_time(n.get("imported")) for n in nodes) if t is not None]
     checked = [t for t in (_time(n.get("checked")) for n in nodes) if t is not None]
     gate = [s for s in (_seconds(n.get("health_s")) for n in nodes) if s is not None]
+    floor = [s for s in (_seconds(n.get("floor_s")) for n in nodes) if s is not None]
     started = _time(shell.get("started"))
     points = [("setup", _time(shell.get("setup"))),
               ("imports", max(imported) if imported else None),
@@ -97,7 +100,7 @@ def attempt(directory: str, job: str, number: int) -> dict:
     return {"job_id": job, "attempt": number, "started": started, "first_step": first,
             "first_step_s": round(first - started, 3) if first and started and first >= started
             else None, "phases": phases, "health_gate_s": max(gate) if gate else None,
-            "nodes": len(nodes)}
+            "network_floor_s": max(floor) if floor else None, "nodes": len(nodes)}
 
 
 def attempts(run_dir: str, submitted: str | None = None) -> list[dict]:

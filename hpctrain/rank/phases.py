@@ -4,10 +4,11 @@ written where each moment happens, read back by follow/startup.py.
     status/phases/JOB-ATTEMPT/shell.json    {"started", "setup"}: the batch shell's start, the
                                             end of its set-up (modules, setup lines, container);
                                             written by the shell itself (parts/launch.sh.j2)
-    status/phases/JOB-ATTEMPT/node-N.json   {"launch", "imported", "checked", "health_s"}: each
-                                            node's launch process: its start, torch's launcher
-                                            imported, the node check (health gate + barrier)
-                                            over, the health gate's own seconds
+    status/phases/JOB-ATTEMPT/node-N.json   {"launch", "imported", "checked", "health_s",
+                                            "floor_s"}: each node's launch process: its start,
+                                            torch's launcher imported, the node check (health
+                                            gate + barrier + network floor) over, the health
+                                            gate's and the network floor's own seconds
     status/phases/JOB-ATTEMPT/rank-0.json   {"rank_start", "first_step"}: rank 0's bootstrap
                                             began (torchrun's rendezvous is over), its first
                                             progress report (the library's first iteration)

@@ -240,16 +240,20 @@ def nodes(timeout: float, marks: dict | None = None) -> int:
     return 0
 
 
-def _network_floor() -> int:
+def _network_floor(marks: dict) -> int:
     """After the node check passed on every node: the network floor where the job sets one
-    (rank/netfloor.py), this node's exit status."""
+    (rank/netfloor.py), this node's exit status. It is part of the node check: its seconds go
+    to marks (floor_s), and the check ends (checked) after it."""
     from .records import bootstrap_section
     run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
     settings = bootstrap_section(run_dir, "netfloor") if run_dir else None
     if not settings or not isinstance(settings.get("min_gbps"), (int, float)):
         return 0
     from . import netfloor
+    start = time.monotonic()
     status = netfloor.run(settings)
+    marks["floor_s"] = round(time.monotonic() - start, 3)
+    marks["checked"] = time.time()
     if status is None:
         me = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         return _fail(me, f"{me}: the network floor's all-reduce did not end in time")
@@ -296,14 +300,16 @@ def network_floor(timeout: str, floor: str) -> int:
 
 def step(timeout: float) -> int:
     """The node check as a step of its own (the tasks launcher: `rank preflight`), before the
-    batch shell's set-up is over: of its marks, only the health gate's seconds are kept."""
+    batch shell's set-up is over: of its marks, only the health gate's and the network floor's
+    seconds are kept."""
     marks: dict = {}
     status = nodes(timeout, marks)
     if status == 0:
-        status = _network_floor()
-    if status == 0 and "health_s" in marks:
+        status = _network_floor(marks)
+    kept = {k: marks[k] for k in ("health_s", "floor_s") if k in marks}
+    if status == 0 and kept:
         phases.mark(phases.node_file(os.environ.get("SLURMD_NODENAME") or socket.gethostname()),
-                    {"health_s": marks["health_s"]})
+                    kept)
     return status
 
 
@@ -344,7 +350,7 @@ def launch(timeout: float, torchrun_args: list[str]) -> int:
     marks["imported"] = time.time()
     check.join()
     if outcome == [0]:
-        outcome = [_network_floor()]
+        outcome = [_network_floor(marks)]
     if not outcome or outcome[0] != 0:
         if not _is_head():
             time.sleep(5)

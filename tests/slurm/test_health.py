@@ -148,3 +148,10 @@ def test_a_node_below_the_network_floor_is_named_and_left_out(cli, cluster, tmp_
                      r"across 3 nodes \(floor 0\.5\)", log), log[-4000:]
     status = cli("status", str(run_dir)).stdout
     assert f"excluded  {victim}: preflight: preflight failed: network floor: " in status, status
+    # Its time is the node check's: counted in the health phase, not in the rendezvous.
+    second = json.loads(cli("status", str(run_dir), "--json").stdout)["startup"][-1]
+    [marks] = [d for d in (run_dir / "status" / "phases").iterdir() if d.name.endswith("-1")]
+    floors = [json.loads(n.read_text())["floor_s"] for n in marks.glob("node-*.json")]
+    assert len(floors) == 3 and second["network_floor_s"] == max(floors) > 0, (floors, second)
+    # (the node that came to the all-reduce last waited least: its floor is all on the path)
+    assert second["phases"]["health"] >= min(floors), (floors, second)

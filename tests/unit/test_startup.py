@@ -28,7 +28,7 @@ def full_attempt(run, job="77", attempt=0, t=T):
     write(run, d, "node-node1.json", {"launch": t + 6.5, "imported": t + 14, "checked": t + 12,
                                       "health_s": 1.5})
     write(run, d, "node-node2.json", {"launch": t + 6.5, "imported": t + 15, "checked": t + 17,
-                                      "health_s": 2.25})
+                                      "health_s": 2.25, "floor_s": 0.75})
     write(run, d, "rank-0.json", {"rank_start": t + 19, "first_step": t + 41})
 
 
@@ -41,6 +41,7 @@ def test_the_phases_follow_the_critical_path(tmp_path):
     assert a["phases"] == {"setup": 6.0, "imports": 9.0, "health": 2.0, "rendezvous": 2.0,
                            "library": 22.0}
     assert a["first_step_s"] == 41.0 and a["health_gate_s"] == 2.25 and a["nodes"] == 2
+    assert a["network_floor_s"] == 0.75  # (within health: the check ends after the floor)
     assert a["queued_s"] == 10.0 and a["job_id"] == "77" and a["attempt"] == 0
     assert startup.line([a]) == ("first step 41 s after start: setup 6.0, imports 9.0, "
                                  "health 2.0, rendezvous 2.0, library 22")
@@ -68,11 +69,13 @@ def test_untrusted_marks_are_read_bounded_and_checked(tmp_path):
     d = tmp_path / "status" / "phases"
     write(tmp_path, "5-0", "shell.json", {"started": "rm -rf /", "setup": T})
     os.mkfifo(d / "5-0" / "rank-0.json")  # never opened to wait on
-    write(tmp_path, "5-0", "node-a.json", {"imported": float("inf"), "health_s": -3})
+    write(tmp_path, "5-0", "node-a.json", {"imported": float("inf"), "health_s": -3,
+                                           "floor_s": "1e400"})
     write(tmp_path, "5-0", "node-b.json", "[1, 2")
     write(tmp_path, "..-x", "shell.json", {"started": T})  # not an attempt's name
     (a,) = startup.attempts(str(tmp_path))
     assert a["started"] is None and a["first_step_s"] is None and a["health_gate_s"] is None
+    assert a["network_floor_s"] is None
     assert set(a["phases"].values()) == {None} and startup.line([a]) == "no first step yet"
 
 
@@ -106,3 +109,21 @@ def test_the_plot_labels_each_attempt_with_its_time_to_first_step():
     # Attempts the curves count otherwise (a torchrun restart inside one): numbers only.
     assert attempt_labels(3, two) == ["attempt 1", "attempt 2", "attempt 3"]
     assert attempt_labels(1, [{"first_step_s": None}]) == ["attempt 1"]
+
+
+def test_the_network_floor_is_part_of_the_node_check(tmp_path, monkeypatch):
+    """The node check's end (checked) is after the network floor, whose own seconds are kept:
+    the floor's time counts in the health phase, not in the rendezvous after it."""
+    import time
+
+    from hpctrain.rank import netfloor, preflight
+    (tmp_path / "bootstrap.json").write_text(json.dumps({"netfloor": {"min_gbps": 1.0}}))
+    monkeypatch.setenv("HPCTRAIN_RUN_DIR", str(tmp_path))
+    monkeypatch.setattr(netfloor, "run", lambda settings: time.sleep(0.2) or 0)
+    marks = {"checked": 1.0}
+    before = time.time()
+    assert preflight._network_floor(marks) == 0
+    assert marks["floor_s"] >= 0.2 and marks["checked"] >= before + 0.2
+    (tmp_path / "bootstrap.json").write_text(json.dumps({}))  # no floor: nothing changes
+    marks = {"checked": 1.0}
+    assert preflight._network_floor(marks) == 0 and marks == {"checked": 1.0}
