@@ -115,9 +115,10 @@ term_hosts() {
 gather() {
   local i copies=()
   for (( i = 1; i < NNODES; i++ )); do
-    rsync -a -s -u -e "$(rsync_quoted "${SSH[@]}")" --exclude=/job.sh --exclude=/rank/ \
+    # (from /, as ssh_to: an ssh that rsync starts may become the connection's master)
+    (cd / && exec rsync -a -s -u -e "$(rsync_quoted "${SSH[@]}")" --exclude=/job.sh --exclude=/rank/ \
       --exclude=/bootstrap.json --exclude=/job.yaml --exclude=/run.json \
-      "${HOSTS[i]}:$RUN_DIR/" "$RUN_DIR/" 2>&1 | sed 's/^/  /' &
+      "${HOSTS[i]}:$RUN_DIR/" "$RUN_DIR/") 2>&1 | sed 's/^/  /' &
     copies+=("$!")
   done
   if (( NNODES > 1 )); then
