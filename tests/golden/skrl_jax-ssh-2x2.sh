@@ -466,28 +466,35 @@ start_batch_shell() {
 }
 
 
+# This run's torchruns and ranks on this host, from one look at the process table (run_processes):
+# their pids into the caller's AGENTS and RANKS.
+run_kinds() {
+  local line
+  AGENTS=() RANKS=()
+  while read -r line; do
+    case ${line#* } in
+      agent) AGENTS+=("${line%% *}") ;;
+      rank) RANKS+=("${line%% *}") ;;
+      *) ;;
+    esac
+  done < <(run_processes)
+}
+
 # "Save now" on this host (the batch shell's stop, on every host): SIGTERM to this run's torchrun,
 # which passes it on to its ranks; with no torchrun (the tasks launch), to the ranks themselves.
 term_run() {
-  local found=() agents=() ranks=() line
-  mapfile -t found < <(run_processes)
-  for line in "${found[@]}"; do
-    case ${line#* } in
-      agent) agents+=("${line%% *}") ;;
-      rank) ranks+=("${line%% *}") ;;
-      *) ;;
-    esac
-  done
-  if (( ${#agents[@]} && ${#ranks[@]} )); then
-    kill -TERM "${agents[@]}" 2>/dev/null || true
-    echo "hpctrain term: $(hostname): SIGTERM to torchrun (pid ${agents[*]})"
-  elif (( ${#agents[@]} )); then
+  local AGENTS RANKS
+  run_kinds
+  if (( ${#AGENTS[@]} && ${#RANKS[@]} )); then
+    kill -TERM "${AGENTS[@]}" 2>/dev/null || true
+    echo "hpctrain term: $(hostname): SIGTERM to torchrun (pid ${AGENTS[*]})"
+  elif (( ${#AGENTS[@]} )); then
     # Its ranks have ended: torchrun is on its way out (its exit barrier). A signal now would
     # only cut that short with a traceback.
     echo "hpctrain term: $(hostname): the ranks have ended; torchrun is finishing"
-  elif (( ${#ranks[@]} )); then
-    kill -TERM "${ranks[@]}" 2>/dev/null || true
-    echo "hpctrain term: $(hostname): SIGTERM to ${#ranks[@]} rank(s)"
+  elif (( ${#RANKS[@]} )); then
+    kill -TERM "${RANKS[@]}" 2>/dev/null || true
+    echo "hpctrain term: $(hostname): SIGTERM to ${#RANKS[@]} rank(s)"
   else
     echo "hpctrain term: $(hostname): no torchrun of this run runs here"
   fi
@@ -495,12 +502,9 @@ term_run() {
 
 # A torchrun whose ranks have all ended waits only in its exit barrier, for the other hosts'.
 count_ranks() {
-  local found=() line n=0
-  mapfile -t found < <(run_processes)
-  for line in "${found[@]}"; do
-    [[ ${line#* } != rank ]] || n=$(( n + 1 ))
-  done
-  echo "$n"
+  local AGENTS RANKS
+  run_kinds
+  echo "${#RANKS[@]}"
 }
 
 probe_fail() {  # WHAT FIX
