@@ -396,6 +396,11 @@ def rank_check(me, timeout: float) -> float:
 
 
 def _meet_in_agent_store(me, timeout: float) -> float:
+    """The check in torchrun's store. When a rank is missing, every rank that arrived gives the
+    same verdict (the first to write it), and those of the first node leave last: their
+    failure ends that node's torchrun, and the store with it, while a rank of another node may
+    still be reading the verdict (seen in CI: "lost torchrun's store" for one rank). The
+    deadline is the first arrival's, so that the ranks give up together."""
     import datetime as _dt
     from torch.distributed import TCPStore
 
@@ -412,14 +417,22 @@ def _meet_in_agent_store(me, timeout: float) -> float:
                              f"{host}:{port} within {timeout:g} s: {exc}") from None
     try:
         store.set(f"{prefix}rank/{rank}", me.node)
-        if store.add(f"{prefix}arrived", 1) == world:
+        deadline = _common_deadline(store, f"{prefix}deadline", start, timeout)
+        arrived = store.add(f"{prefix}arrived", 1)
+        if arrived == world:
             store.set(f"{prefix}all", "1")  # the last to arrive lets everyone go at once
         try:
             left = _dt.timedelta(seconds=max(0.001, deadline - time.monotonic()))
             store.wait([f"{prefix}all"], left)
         except Exception:  # noqa: BLE001 (a timeout, or the store lost: told apart below)
             if not store.check([f"{prefix}all"]):
-                raise RankCheckError(_missing_ranks(store, me, timeout, prefix)) from None
+                verdict = store.compare_set(f"{prefix}verdict", "",
+                                            _missing_ranks(store, me, timeout, prefix)).decode()
+                gone = store.add(f"{prefix}left", 1)
+                if env.get("GROUP_RANK") == "0":  # this node's torchrun serves the store
+                    everyone = max(gone, store.add(f"{prefix}arrived", 0))
+                    _wait_count(store, f"{prefix}left", everyone, time.monotonic() + 5)
+                raise RankCheckError(verdict) from None
     except RankCheckError:
         raise
     except Exception as exc:  # noqa: BLE001 (the store lost: the agent on the head died)
@@ -428,6 +441,18 @@ def _meet_in_agent_store(me, timeout: float) -> float:
     finally:
         del store
     return time.monotonic() - start
+
+
+def _common_deadline(store, key: str, start: float, timeout: float) -> float:
+    """This rank's deadline (monotonic) from the first arrival's (epoch seconds, in the store),
+    never before its own start nor after its own start + timeout (clocks of nodes differ)."""
+    now_epoch, now = time.time(), time.monotonic()
+    first = store.compare_set(key, "", f"{now_epoch + timeout - (now - start):.3f}").decode()
+    try:
+        at = float(first)
+    except ValueError:
+        at = now_epoch + timeout
+    return min(max(start, now + (at - now_epoch)), start + timeout)
 
 
 def _meet_in_own_store(me, timeout: float) -> float:

@@ -131,3 +131,55 @@ def test_a_rank_that_never_meets_is_named_by_the_others(launch):
     assert list(got) == [0], got
     assert got[0]["error"] == ("rank 1 (here) did not reach the rank check within 3 s "
                                "(launcher.preflight_timeout); 1 of 2 ranks arrived"), got
+
+
+# One rank of the check in torchrun's store, as a node's torchrun starts it: at the epoch second
+# ARRIVE (torch imported before: its import time differs by seconds on a busy machine), the
+# check; its verdict (or "met") into OUT/rank-R.json.
+ONE_RANK = textwrap.dedent("""
+    import json, os, sys, time, types
+    from torch.distributed import TCPStore
+    from hpctrain.rank import preflight
+    rank = int(os.environ["RANK"])
+    me = types.SimpleNamespace(rank=rank, world_size=4, node=os.environ["NODE"],
+                               local_world_size=2)
+    time.sleep(max(0.0, float(os.environ["ARRIVE"]) - time.time()))
+    try:
+        preflight.rank_check(me, 4.0)
+        said = "met"
+    except preflight.RankCheckError as exc:
+        said = str(exc)
+    with open(os.path.join(sys.argv[1], f"rank-{rank}.json"), "w") as f:
+        json.dump(said, f)
+""")
+
+
+def test_ranks_that_arrive_apart_give_one_verdict_before_the_first_nodes_store_goes(tmp_path):
+    """Rank 3 never arrives; rank 2 (the second node) arrives 2.5 s after ranks 0 and 1 (the
+    first node, whose torchrun serves the store). As torchrun does, the store goes as soon as
+    the first node's ranks have ended. Every rank that arrived names rank 3, none says the
+    store was lost: they give up together, and the first node's ranks leave last."""
+    import datetime
+    import time
+
+    import torch.distributed as dist
+    program = tmp_path / "one_rank.py"
+    program.write_text(ONE_RANK)
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=30))
+    common = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port),
+                  TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT="0")
+    t0 = time.time() + 20  # (every rank has imported torch by then)
+    ranks_ = {r: subprocess.Popen([sys.executable, str(program), str(tmp_path)],
+                                  env=dict(common, RANK=str(r), GROUP_RANK=str(r // 2),
+                                           NODE=f"n{r // 2 + 1}",
+                                           ARRIVE=str(t0 + (2.5 if r == 2 else 0))))
+              for r in (0, 1, 2)}
+    for r in (0, 1):
+        ranks_[r].wait(timeout=60)
+    del store  # (the first node's torchrun ends with its ranks, and its store with it)
+    ranks_[2].wait(timeout=60)
+    verdict = ("rank 3 (n2) did not reach the rank check within 4 s (launcher.preflight_timeout); "
+               "3 of 4 ranks arrived")
+    said = {r: json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1, 2)}
+    assert said == {0: verdict, 1: verdict, 2: verdict}, said
