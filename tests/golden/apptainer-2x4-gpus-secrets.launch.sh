@@ -24,6 +24,19 @@ archive_failure() {
 # This launch's output, also in the run directory (hpctrain logs RUN shows it).
 # (tee ignores Ctrl-C and TERM: it writes until this shell's last line, whatever stops the launch.)
 exec > >(trap '' INT TERM HUP; exec tee -a "$RUN_DIR/logs/slurm-$SLURM_JOB_ID.out") 2>&1
+LOG_TEE=${!:-}
+# The launch returns once its log is whole (tee runs apart from this shell: the user's next
+# command may read the log before tee wrote its last lines), waiting at most 5 s for it.
+finish_log() {
+  local i
+  exec >&- 2>&-
+  [[ -n $LOG_TEE ]] || return 0
+  for (( i = 0; i < 50; i++ )); do
+    kill -0 "$LOG_TEE" 2>/dev/null || break
+    sleep 0.1
+  done
+}
+trap finish_log EXIT
 pass_stop() {  # SIG
   log "SIG$1: passed to the launch step as SIGTERM; the ranks save at the next iteration boundary"
   kill -TERM "$CHILD" 2>/dev/null || true
