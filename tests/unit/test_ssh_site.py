@@ -162,3 +162,27 @@ def test_ssh_failures_explained(stderr, what, fix):
 def test_a_remote_commands_failure_is_its_own_words():
     r = openssh.Result("ws2", 3, "", "python: not found\n")
     assert openssh.problem(r)[0] == "ws2: exit status 3: python: not found"
+
+
+def test_the_shells_id_is_written_after_its_pid(tmp_path):
+    """hpctrain records the shell once its id file appears and reads the pid file then: the pid
+    must already be whole. The host's side of the command runs here, true in place of the
+    interactive bash; where the pid cannot be written (a folder in its place), no id appears."""
+    import shlex
+    import subprocess
+    from hpctrain.backends.ssh.backend import SHELL_PID, SshBackend
+    plan = make_plan(load(tmp_path, "hosts: ws[1-2]\n", resources={"nodes": 2}), "/runs/x")
+    record = tmp_path / "allocation"
+    command = SshBackend().shell_command(plan, tmp_path / "rc", record)
+    assert command[-3:-1] == ["--", "ws1"] and "-t" in command
+    host_side = shlex.split(command[-1])  # what the host's login shell runs
+    assert host_side[-4:] == ["bash", "--rcfile", str(tmp_path / "rc"), "-i"]
+    proc = subprocess.run(host_side[:-4] + ["true"])
+    pid, start = (tmp_path / SHELL_PID).read_text().split()
+    assert proc.returncode == 0 and record.read_text() == f"ws1:{pid}\n" and start.isdigit()
+
+    record.unlink()
+    (tmp_path / SHELL_PID).unlink()
+    (tmp_path / SHELL_PID).mkdir()
+    assert subprocess.run(host_side[:-4] + ["true"], stderr=subprocess.DEVNULL).returncode != 0
+    assert not record.exists()

@@ -322,14 +322,16 @@ class SshBackend(Backend):
             "connect_timeout": site.ssh.connect_timeout}))
 
     def shell_command(self, plan, rcfile: Path, record: Path) -> list[str]:
-        """ssh -t to the first host, bash there with the rcfile; it writes its id (HEAD:PID) to
-        RECORD and its pid and start time beside it (status: alive while the shell is)."""
+        """ssh -t to the first host, bash there with the rcfile; it writes its pid and start time
+        (status: alive while the shell is), then its id (HEAD:PID) to RECORD. RECORD comes last:
+        its appearance is what tells hpctrain both are there to be read."""
         head = plan.scheduler["hosts"][0]
         ssh = openssh.Ssh(plan.scheduler["ssh"])
         command = ssh.command(head, [
-            "bash", "-c", 'printf "%s:%s\\n" "$1" "$$" >"$2" && '
+            "bash", "-c",
             'printf "%s %s\\n" "$$" "$(sed "s/^.*) //" /proc/$$/stat | cut -d " " -f 20)" >"$3" '
-            '&& shift 3 && exec "$@"', "hpctrain-shell", head, str(record),
+            '&& printf "%s:%s\\n" "$1" "$$" >"$2" && shift 3 && exec "$@"',
+            "hpctrain-shell", head, str(record),
             str(record.parent / SHELL_PID), "bash", "--rcfile", str(rcfile), "-i"])
         at = command.index("--")
         return [*command[:at], "-t", *command[at:]]
