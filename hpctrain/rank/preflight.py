@@ -408,7 +408,6 @@ def _meet_in_agent_store(me, timeout: float) -> float:
     env, rank, world = os.environ, me.rank, me.world_size
     host, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
     prefix = f"hpctrain/rank-check/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
-    deadline = start + timeout
     try:
         store = TCPStore(host, port, is_master=False, timeout=_dt.timedelta(
             seconds=max(1.0, timeout)), wait_for_workers=False)
