@@ -18,6 +18,7 @@ status, leaving status/rank-R.failed.json behind on failure.
 """
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import glob
 import os
@@ -395,6 +396,8 @@ def summarize(run_dir: str, reason: str, status: int, message: str = "") -> int:
 
 
 def main(config_path: str) -> int:
+    # First of the rank's exit handlers, so it runs after every other one (they run in reverse).
+    atexit.register(_leave_without_teardown, os.getpid())
     config = RankConfig.load(config_path)
     apply_site_env(config)
     me = identity(config)
@@ -451,29 +454,27 @@ def main(config_path: str) -> int:
         record_failure(status_dir, me, code, error or f"exit status {code}")
     sys.stdout.flush()
     sys.stderr.flush()
-    if code == 0 and "torch" in sys.modules:
-        leave_without_teardown()
+    _finished.append(code)
     return code
 
 
-def leave_without_teardown() -> None:
+_finished: list[int] = []  # the program's exit status, once main is over
+
+
+def _leave_without_teardown(pid: int) -> None:
     """End a rank whose program finished, without the interpreter's last teardown.
 
     With torch 2.13 a rank that has finished still aborts now and then in that teardown
     ("terminate called without an active exception", SIGABRT, from a C++ thread left joinable),
     even with its process group destroyed: twice in the suite's last three full runs, once after
     a restart, once in the README's first example. torchrun then takes a finished rank for a
-    failed one and restarts or fails the job. So everything a normal exit does for the program
-    runs here, in the same order — threading's shutdown (its atexit callbacks, such as a thread
-    pool's, then the wait for non-daemon threads), the atexit handlers (TensorBoard's and W&B's
-    flushes, logging's), the streams' flush — and the process ends with os._exit(0), skipping
-    only the teardown of extension modules."""
-    import atexit
-    import threading
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is not None:
-        shutdown()
-    atexit._run_exitfuncs()
+    failed one and restarts or fails the job. This is the rank's first exit handler, so the
+    interpreter's own exit has already done everything it does for the program — waited for its
+    threads, run every other exit handler (TensorBoard's and W&B's flushes, logging's) — when it
+    runs: only the teardown of extension modules is left, and os._exit(0) skips it. A failed
+    rank exits as Python does (its status is already recorded)."""
+    if os.getpid() != pid or _finished != [0] or "torch" not in sys.modules:
+        return  # a forked child, a failed program, or no torch to abort
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

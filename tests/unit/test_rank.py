@@ -186,6 +186,46 @@ def test_site_env_is_set_before_the_program_imports_anything(tmp_path):
     assert (failure.rank, failure.exit_status, failure.error) == (0, 9, "exit status 9")
 
 
+EXIT_PROGRAM = """
+import atexit, os, sys, threading, time, types
+out = sys.argv[1]
+if sys.argv[2] == "torch":
+    sys.modules.setdefault("torch", types.ModuleType("torch"))  # what decides the early exit
+
+def late():
+    time.sleep(0.3)
+    open(os.path.join(out, "thread"), "w").close()
+
+class Teardown:
+    def __del__(self):
+        open(os.path.join(out, "teardown"), "w").close()
+
+threading.Thread(target=late).start()  # not a daemon: the exit waits for it
+atexit.register(lambda: open(os.path.join(out, "atexit"), "w").write(
+    str(os.path.exists(os.path.join(out, "thread")))))
+sys.modules["held"] = types.ModuleType("held")
+sys.modules["held"].obj = Teardown()  # ended by the interpreter's teardown of modules
+print("last words", end="")
+sys.exit(int(sys.argv[3]))
+"""
+
+
+@pytest.mark.parametrize("torch,status", [("torch", 0), ("torch", 3), ("none", 0)])
+def test_a_finished_torch_rank_skips_only_the_teardown_of_modules(tmp_path, torch, status):
+    """The exit a finished rank with torch takes (torch 2.13 aborts now and then in the
+    teardown): the program's threads waited for and its exit handlers run, its output whole;
+    only the modules' teardown is skipped. A failed rank, or one without torch, exits whole."""
+    (tmp_path / "prog.py").write_text(EXIT_PROGRAM)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_copy(tmp_path, {"cpu_mode": "off",
+                               "program": [str(tmp_path / "prog.py"), str(out), torch, str(status)]})
+    assert proc.returncode == status, proc.stderr
+    assert proc.stdout.endswith("last words\n"), proc.stdout
+    assert (out / "atexit").read_text() == "True"  # after the thread's end
+    assert (out / "teardown").exists() == (torch != "torch" or status != 0)
+
+
 def test_program_arguments_arrive_byte_exact(tmp_path):
     args = ["$$", "${local_rank}", "$local_rank", "a b", "'\"", "*", "--x=`id`", "ünï", ""]
     (tmp_path / "prog.py").write_text("import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
