@@ -11,8 +11,9 @@ when the launch is over is ended (`end_ranks`), so that no process of the run ou
                                   (run_agent; preflight.agent starts it after the health gate),
                                   except that a signal sent to it is an ending, not an error: one
                                   line and the exit status 128+N instead of SignalException's
-                                  traceback, and a second signal does not cut its shutdown short
-                                  (the ranks are still saving; the first already reached them)
+                                  traceback, a second signal does not cut its shutdown short
+                                  (the ranks are still saving; the first already reached them),
+                                  and one in its exit barrier (its ranks have ended) is noted only
     stopped RUN_DIR SIG STATUS    the launch ended after SIG: write status/stopped.json (where
                                   the training stopped, what it saved, how to continue) and print
                                   it; exit 1 when a rank failed with an error of its own (then the
@@ -38,15 +39,26 @@ def run_agent(main, torchrun_args: list[str]) -> int:
     made patient: the first TERM/INT/HUP/QUIT ends the agent as torch does it (the workers get
     the signal and TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds to exit), the next ones are noted only.
     (The handler torch installs raises in the agent's main thread wherever it is, its shutdown's
-    wait included: a second signal there would leave the ranks running, saving, without it.)"""
+    wait included: a second signal there would leave the ranks running, saving, without it.)
+
+    A signal that finds the agent in its exit barrier (its ranks have all ended; it waits for the
+    other nodes' agents) is noted only: there is nothing left to stop, the barrier's store wait
+    does not return for a signal anyway, and raising there, in the middle of torch's log line
+    about a peer gone first, printed the signal's traceback as a logging error (seen in CI). The
+    batch shell makes the same choice (term_run)."""
     from torch.distributed.elastic.multiprocessing import api
     original = api._terminate_process_handler
     seen: list[int] = []
 
     def once(signum, frame):
+        name = signal.Signals(signum).name
         if seen:
-            print(f"hpctrain: torchrun: {signal.Signals(signum).name} again: still waiting for the "
-                  "ranks to save and exit", file=sys.stderr, flush=True)
+            print(f"hpctrain: torchrun: {name} again: still waiting for the ranks to save and exit",
+                  file=sys.stderr, flush=True)
+            return
+        if _in_exit_barrier(frame):
+            print(f"hpctrain: torchrun: {name}: its ranks have ended; it ends once the other "
+                  "nodes' torchruns have (its exit barrier)", file=sys.stderr, flush=True)
             return
         seen.append(signum)
         original(signum, frame)
@@ -61,6 +73,16 @@ def run_agent(main, torchrun_args: list[str]) -> int:
               file=sys.stderr, flush=True)
         return 128 + sig.value
     return 0
+
+
+def _in_exit_barrier(frame) -> bool:
+    """Whether the agent's main thread (interrupted at FRAME) is inside torch's exit barrier."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_exit_barrier" and "elastic" in code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 # ----------------------------------------------------------------------------- stopped
