@@ -417,8 +417,7 @@ def _meet_in_agent_store(me, timeout: float) -> float:
     try:
         store.set(f"{prefix}rank/{rank}", me.node)
         deadline = _common_deadline(store, f"{prefix}deadline", start, timeout)
-        arrived = store.add(f"{prefix}arrived", 1)
-        if arrived == world:
+        if store.add(f"{prefix}arrived", 1) == world:
             store.set(f"{prefix}all", "1")  # the last to arrive lets everyone go at once
         try:
             left = _dt.timedelta(seconds=max(0.001, deadline - time.monotonic()))

@@ -452,8 +452,8 @@ term_run() {
     kill -TERM "${AGENTS[@]}" 2>/dev/null || true
     echo "hpctrain term: $(hostname): SIGTERM to torchrun (pid ${AGENTS[*]})"
   elif (( ${#AGENTS[@]} )); then
-    # Its ranks have ended: torchrun is on its way out (its exit barrier). A signal now would
-    # only cut that short with a traceback.
+    # Its ranks have ended: torchrun is on its way out (its exit barrier), with nothing left to
+    # stop (a signal there is only noted: rank/ending.py run_agent).
     echo "hpctrain term: $(hostname): the ranks have ended; torchrun is finishing"
   elif (( ${#RANKS[@]} )); then
     kill -TERM "${RANKS[@]}" 2>/dev/null || true
