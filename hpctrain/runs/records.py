@@ -226,8 +226,10 @@ def find(ref: str) -> Run:
         pass
     entries = indexed()
     job_ref = ref.split("_")[0]
-    hits = [e for e in entries if e["run_id"] == ref or str(e.get("job_id")) == job_ref
-            or e["run_id"].endswith(ref)]
+    # A whole id or job id first: job 1 of a new cluster must not also match every run id that
+    # ends in "1" (the end of a run id is for typing less of it).
+    hits = ([e for e in entries if e["run_id"] == ref or str(e.get("job_id")) == job_ref]
+            or [e for e in entries if e["run_id"].endswith(ref)])
     if not hits:
         shown = ref if len(ref) <= 80 else ref[:77] + "..."
         raise HpctrainError(f"no run '{shown}' found (looked in {index_path()})",
