@@ -23,7 +23,6 @@ progress; the PNG is a PNG of the same size; the copies are byte-equal to their 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
