@@ -163,7 +163,7 @@ def test_cancel_from_laptop(home, site, project, far):
 
 def test_two_node_training_with_wait_from_laptop(home, site, project, far):
     shutil.copy(ROOT / "examples" / "ddp_check.py", project / "ddp_check.py")
-    jf = job(project, "far-ddp", nodes=2, procs=2, args=["--steps", "3"], seed=1234,
+    jf = job(project, "far-ddp", nodes=2, procs=1, args=["--steps", "3"], seed=1234,
              script="ddp_check.py")
     proc = laptop("submit", jf.name, "--site", site, "--wait", cwd=project, timeout=400,
                   check=False)
@@ -171,9 +171,9 @@ def test_two_node_training_with_wait_from_laptop(home, site, project, far):
     assert "COMPLETED" in proc.stdout
     job_id, mirror = submitted(proc.stdout)
     results = [json.loads(p.read_text()) for p in sorted((mirror / "results").glob("rank-*.json"))]
-    assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
+    assert sorted(r["rank"] for r in results) == [0, 1]
     assert len({r["host"] for r in results}) == 2
-    assert {r["allreduce"] for r in results} == {6.0}
+    assert {r["allreduce"] for r in results} == {1.0}  # 0 + 1 over both nodes
 
 
 def test_hostile_exclude_patterns_from_the_laptop(home, project, far, tmp_path, cluster, monkeypatch):
@@ -310,6 +310,7 @@ def accepted_logins(log: Path) -> list[str]:
             if line.startswith("Accepted publickey for root from 10.231.0.3 ")]
 
 
+@pytest.mark.alone  # the control sockets it counts share /tmp/hpctrain-ssh-0 with the ssh tier's
 def test_every_command_rides_one_connection_to_the_login_node(home, project, far, tmp_path, cluster):
     """Item 1: submit (mkdir, rsync of the code, sbatch), status (squeue, scontrol, sacct), logs
     and list (fetches over rsync) from the laptop open ONE ssh connection to the login node,

@@ -21,7 +21,8 @@ CLUSTER = ROOT / "tests" / "cluster"
 
 def test_two_node_training_shows_progress_in_wait_output(cli, cluster):
     proc = cli("submit", "examples/cartpole_ppo.yaml", "--site", cluster, "--wait", "--ranks",
-               "--set", "resources.nodes=2", "--set", "args=[--updates,30]",
+               "--set", "resources.nodes=2", "--set", "resources.procs_per_node=1",
+               "--set", "args=[--updates,30]",
                "--set", f"python={sys.executable}", timeout=600)
     lines = proc.stdout.splitlines()
     done = next(i for i, line in enumerate(lines) if ": COMPLETED" in line)
@@ -38,13 +39,13 @@ ITERATIONS = 20
 
 @pytest.fixture(scope="module")
 def preempted_run(cluster, tmp_path_factory):
-    """A 2x2 DDP training preempted after its first checkpoint, requeued, resumed to the end
+    """A 2x1 DDP training preempted after its first checkpoint, requeued, resumed to the end
     (ITERATIONS in all: the signal lands after the first checkpoint, at 5, with ~7 s left)."""
     from tests.conftest import Cli
     home = tmp_path_factory.mktemp("watch-home")
     env = {"HPCTRAIN_HOME": str(home / "home"), "HPCTRAIN_RUNS_DIR": str(home / "runs")}
     proc = Cli()("submit", "examples/resumable_train.yaml", "--site", cluster,
-                 "--set", f"python={sys.executable}",
+                 "--set", f"python={sys.executable}", "--set", "resources.procs_per_node=1",
                  "--set", f"args=[--iterations,{ITERATIONS},--sleep,0.5,--save-every,5]", env=env)
     job_id, run_dir = submitted(proc.stdout)
     wait_for_checkpoint(run_dir, job_id)
