@@ -4,8 +4,11 @@
 # (docs/testing.md):
 #   1. tests/unit, first and alone (under a minute): a broken render fails the run at once,
 #      before any cluster starts;
-#   2. two sessions side by side: tests/slurm then tests/e2e (Slurm jobs), and tests/local
-#      (no cluster) then tests/ssh (the nodes' sshds, once tests/slurm has ended).
+#   2. the few cluster tests marked `alone` (they restart or repair the cluster, or count
+#      slurmctld's requests), alone;
+#   3. three sessions side by side: tests/slurm on node1..node4; tests/local (no cluster);
+#      tests/e2e on the side nodes (node5..node7, partition side), then tests/ssh (the side
+#      nodes' sshds), then a few files of tests/slurm on the side nodes.
 # At the end: each tier's result and the 15 slowest tests of the whole run.
 # .ci/run calls exactly this. Needs root (apt, network namespaces).
 #
@@ -21,10 +24,17 @@ logs=$(mktemp -d)
 # ~1-2 min, installed while the rest installs and the unit tier runs.
 bash scripts/install-ding-venv.sh >"${logs}/ding.log" 2>&1 &
 ding_pid=$!
-bash scripts/install-system-deps.sh
+# Debian's packages (Slurm, shellcheck...) beside the venv's: neither needs the other.
+bash scripts/install-system-deps.sh >"${logs}/apt.log" 2>&1 &
+apt_pid=$!
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
 # torch is pinned by constraints.txt: any other version would pull GBs of CUDA packages.
 .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,rl,jax,watch,docs]'
+if ! wait "${apt_pid}"; then
+    cat "${logs}/apt.log" >&2
+    echo "test-all: the system packages did not install" >&2
+    exit 1
+fi
 echo "install (without DI-engine's venv): $((SECONDS - start)) s"
 
 # Each session gets its own index and runs directory, so CI never mixes with a developer's runs.
@@ -69,9 +79,10 @@ echo "install (all): done $((SECONDS - start)) s after the start"
 # sees it held by this shell): nobody else's up.sh/down.sh restarts it under these tests.
 exec 9>/run/hpctrain-cluster.lock
 flock -w 3600 9 || { echo "test-all: the local cluster is busy (lock /run/hpctrain-cluster.lock)" >&2; exit 1; }
-local_pid=
+session_pids=
 cleanup() {
-    if [[ -n ${local_pid} ]]; then kill "${local_pid}" 2>/dev/null || true; fi
+    # shellcheck disable=SC2086  # a list of pids
+    if [[ -n ${session_pids} ]]; then kill ${session_pids} 2>/dev/null || true; fi
     # The cluster is ours (tests/cluster/down.sh ends only what up.sh started).
     bash tests/cluster/down.sh
 }
@@ -84,35 +95,57 @@ if (($# > 0)); then
     exit "${rc}"
 fi
 
-# 2. Two sessions side by side. The cluster tiers never share the cluster with each other where
-# they would meet: a slurm test alters nodes (a head name resolving to loopback, an sshd
-# stopped) that the ssh tier uses, and a preemption test's `-p high --exclusive` job preempts
-# whatever runs on its nodes. So:
-#     session A: tests/slurm, then tests/e2e        (Slurm jobs only)
-#     session B: tests/local, then tests/ssh        (no cluster; then the nodes' sshds, no Slurm)
-# tests/ssh waits until tests/slurm has ended and tests/e2e has brought the cluster up (its
-# fixture's up.sh repairs sshds; see tests/conftest.py::cluster).
+# Every session below shares the cluster this script brought up: the tests' fixture does not
+# run up.sh again (its repairs would undo what another session's test altered on purpose).
+export HPCTRAIN_TEST_CLUSTER_SHARED=1
+
+# 2. The tests that need the cluster to themselves, first and alone.
+t=$SECONDS
+pytest_session alone -m alone tests/slurm && rc_alone=0 || rc_alone=$?
+echo "tests marked alone: $((SECONDS - t)) s"
+
+# 3. Three sessions side by side, on parts of the cluster that never meet: a Slurm test alters
+# nodes (a head name resolving to loopback, a link cut, an sshd stopped) and preempts with
+# `-p high --exclusive`, all on node1..node4 (partitions debug and high); the e2e tier's jobs run
+# in partition side and the ssh tier's hosts are the same side nodes (node5..node7), which
+# share nothing with the Slurm tier but slurmctld (tests/cluster/up.sh).
+#     session A: tests/slurm (but the files below)
+#     session B: tests/local
+#     session C: tests/e2e, then tests/ssh, then the files below: Slurm tests that name no node
+#                and alter none, their jobs sent to the side nodes by Slurm's own SBATCH_PARTITION
+#                (it overrides the job script's #SBATCH --partition), so that the Slurm tier's
+#                serial chain ends with the other sessions
+side_files=(tests/slurm/test_containers.py tests/slurm/test_notify.py tests/slurm/test_chains.py
+    tests/slurm/test_operate.py)
 t=$SECONDS
 (
     pytest_session local tests/local && rc=0 || rc=$?
     echo "tests/local: $((SECONDS - t)) s"
-    while [[ ! -e ${logs}/e2e.ready && ! -e ${logs}/a.done ]]; do sleep 1; done
+    exit "${rc}"
+) >"${logs}/b.out" 2>&1 &
+b_pid=$!
+(
+    pytest_session e2e tests/e2e && rc=0 || rc=$?
+    echo "tests/e2e: $((SECONDS - t)) s"
     t_ssh=$SECONDS
     pytest_session ssh tests/ssh && rc_ssh=0 || rc_ssh=$?
-    echo "tests/ssh: $((SECONDS - t_ssh)) s (beside tests/e2e)"
-    exit $((rc || rc_ssh))
-) >"${logs}/b.out" 2>&1 &
-local_pid=$!
-pytest_session slurm tests/slurm && rc_slurm=0 || rc_slurm=$?
-echo "tests/slurm: $((SECONDS - t)) s (beside tests/local)"
-t_e2e=$SECONDS
-HPCTRAIN_TEST_CLUSTER_READY="${logs}/e2e.ready" pytest_session e2e tests/e2e && rc_e2e=0 || rc_e2e=$?
-echo "tests/e2e: $((SECONDS - t_e2e)) s"
-touch "${logs}/a.done"
-wait "${local_pid}" && rc_b=0 || rc_b=$?
-local_pid=
-echo "----- tests/local, then tests/ssh (the second session)"
+    echo "tests/ssh: $((SECONDS - t_ssh)) s (after tests/e2e)"
+    t_side=$SECONDS
+    SBATCH_PARTITION=side pytest_session slurm-side "${side_files[@]}" && rc_side=0 || rc_side=$?
+    echo "${side_files[*]}: $((SECONDS - t_side)) s (partition side, after tests/ssh)"
+    exit $((rc || rc_ssh || rc_side))
+) >"${logs}/c.out" 2>&1 &
+c_pid=$!
+session_pids="${b_pid} ${c_pid}"
+pytest_session slurm -m "not alone" "${side_files[@]/#/--ignore=}" tests/slurm && rc_slurm=0 || rc_slurm=$?
+echo "tests/slurm: $((SECONDS - t)) s"
+wait "${b_pid}" && rc_b=0 || rc_b=$?
+echo "----- tests/local (the second session)"
 cat "${logs}/b.out"
+wait "${c_pid}" && rc_c=0 || rc_c=$?
+session_pids=
+echo "----- tests/e2e, then tests/ssh, then Slurm tests on the side nodes (the third session)"
+cat "${logs}/c.out"
 slowest
 echo "whole run: $((SECONDS - start)) s"
-((rc_slurm == 0 && rc_e2e == 0 && rc_b == 0))
+((rc_alone == 0 && rc_slurm == 0 && rc_b == 0 && rc_c == 0))

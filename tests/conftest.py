@@ -28,6 +28,9 @@ TIERS = {
 def pytest_configure(config):
     for tier, what in TIERS.items():
         config.addinivalue_line("markers", f"{tier}: {what}")
+    config.addinivalue_line("markers", "alone: needs the local cluster to itself (restarts or "
+                            "repairs it, or counts slurmctld's requests): scripts/test-all.sh runs "
+                            "these before the sessions that share the cluster")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -126,15 +129,20 @@ def cli(home) -> Cli:
 @pytest.fixture(scope="session")
 def cluster(_cluster_lock):
     """The real local Slurm cluster (tests/cluster/up.sh is idempotent: ~0.05 s when up), held
-    for this pytest session alone (see _cluster_lock)."""
+    for this pytest session alone (see _cluster_lock).
+
+    Under scripts/test-all.sh (HPCTRAIN_TEST_CLUSTER_SHARED=1) the script has brought it up and
+    several sessions share it: up.sh is not run again, as its repairs (an sshd started again, a
+    node's hosts file re-synced) would land in another session's test that stopped or altered
+    them on purpose."""
+    if os.environ.get("HPCTRAIN_TEST_CLUSTER_SHARED") == "1":
+        proc = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0 or "UP" not in proc.stdout:
+            pytest.fail(f"the shared local Slurm cluster does not answer:\n{proc.stdout}\n{proc.stderr}")
+        return "localcluster"
     proc = subprocess.run(["bash", str(CLUSTER_UP)], capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         pytest.fail(f"could not start the local Slurm cluster:\n{proc.stdout}\n{proc.stderr}")
-    # scripts/test-all.sh starts the ssh tier beside the e2e tier only after this: up.sh's
-    # repairs (a missing sshd started again) must not land in an ssh test that stopped one.
-    ready = os.environ.get("HPCTRAIN_TEST_CLUSTER_READY")
-    if ready:
-        Path(ready).touch()
     return "localcluster"
 
 

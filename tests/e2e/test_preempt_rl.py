@@ -26,7 +26,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT, read_results, submitted, wait_for_job
-from tests.e2e.learning import check_progress, check_trained
+from tests.e2e.learning import SIDE, check_progress, check_trained
 from tests.slurm.survive import attempts, preempt_by_high_job, slurm_log, wait_until
 
 
@@ -99,7 +99,7 @@ def test_preempted_stock_training_saves_requeues_and_resumes(library, cli, clust
     shape = ["--set", "resources.nodes=2"] + (
         ["--set", "resources.procs_per_node=1"] if one_per_node else [])
     t0 = time.monotonic()
-    job_id, run_dir = submitted(cli("submit", job_file, "--site", cluster, *shape,
+    job_id, run_dir = submitted(cli("submit", job_file, "--site", cluster, *SIDE, *shape,
                                     "--set", f"python={python}",
                                     "--set", f"args=[{','.join(total + args)}]").stdout)
 

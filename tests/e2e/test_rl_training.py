@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, read_results, submitted, wait_for_job
-from tests.e2e.learning import check_learned, check_progress, check_trained
+from tests.e2e.learning import SIDE, check_learned, check_progress, check_trained
 
 
 def cluster_log(run_dir: Path) -> str:
@@ -48,7 +48,7 @@ def write_failing_program(tmp_path: Path, rank_variable: str) -> Path:
 
 def test_failed_jax_rank_fails_the_job(cli, cluster, tmp_path):
     script = write_failing_program(tmp_path, "JAX_RANK")  # also proves the JAX_* mapping
-    proc = cli("submit", "examples/rl/skrl_jax_pendulum.yaml", "--site", cluster,
+    proc = cli("submit", "examples/rl/skrl_jax_pendulum.yaml", "--site", cluster, *SIDE,
                "--set", f"python={sys.executable}", "--set", f"script={script}", "--set", "args=[]")
     job_id, run_dir = submitted(proc.stdout)
     info = wait_for_job(job_id, timeout=400)
@@ -99,7 +99,7 @@ def test_cartpole_ppo_on_this_machine(cli):
 
 def test_cartpole_ppo_on_two_nodes(cli, cluster):
     _, run_dir, log, results = completed_on_cluster(
-        cli, "examples/cartpole_ppo.yaml", "--site", cluster, "--set", "resources.nodes=2",
+        cli, "examples/cartpole_ppo.yaml", "--site", cluster, *SIDE, "--set", "resources.nodes=2",
         "--set", f"python={sys.executable}")
     check_trained(results, log, world=4, hosts=2)
     assert list(run_dir.glob("checkpoints/policy_*.pt"))

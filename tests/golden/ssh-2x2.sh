@@ -2,7 +2,7 @@
 #
 # ddp-check on site 'locallab': 2 node(s) x 2 rank(s), rendered by hpctrain 0.1.0.
 # Each rank runs: train.py --steps 10
-# This file is the whole job: start it by hand with  ssh node1 bash /runs/ddp-check/RUN_ID/job.sh start </dev/null
+# This file is the whole job: start it by hand with  ssh node5 bash /runs/ddp-check/RUN_ID/job.sh start </dev/null
 set -euo pipefail
 
 RUN_DIR=/runs/ddp-check/RUN_ID
@@ -24,7 +24,7 @@ archive_failure() {
 # --- hosts (ssh) ----------------------------------------------------------------------------
 # The job's hosts, the site's first 2; the first is the head: the batch shell runs there.
 NNODES=2
-HOSTS=(node1 node2)
+HOSTS=(node5 node6)
 NODELIST=$(printf '%s\n' "${HOSTS[@]}")
 FIRST=${HOSTS[0]}
 # This run's own ssh connection to each host, which all of its steps share (ControlMaster). The
@@ -659,7 +659,7 @@ case $MODE in
   *) ;;
 esac
 
-# --- the batch shell (on the head, node1) ----------------------------------------------
+# --- the batch shell (on the head, node5) ----------------------------------------------
 pass_stop() {  # SIG
   log "SIG$1: passed to torchrun on every host as SIGTERM; the ranks save at the next iteration boundary"
   kill -TERM "$CHILD" 2>/dev/null || true  # the steps' watcher (on_hosts): the hosts are told here

@@ -43,7 +43,7 @@ export HPCTRAIN_RUN_DIR=/runs/ddp-check/RUN_ID
 export HPCTRAIN_JOB_NAME=ddp-check
 export HPCTRAIN_SITE=locallab
 export HPCTRAIN_LIBRARY=command
-export HPCTRAIN_HEAD=node1 RUN_DIR
+export HPCTRAIN_HEAD=node5 RUN_DIR
 set +e +u +o pipefail  # an interactive shell: a failing command is not the end of it
 if ! command -v hpctrain >/dev/null 2>&1; then
   hpctrain() {
@@ -55,7 +55,7 @@ if ! command -v hpctrain >/dev/null 2>&1; then
     fi
   }
 fi
-printf '%s\n' 'hpctrain shell: ddp-check on node1 (hosts: node1,node2)' \
+printf '%s\n' 'hpctrain shell: ddp-check on node5 (hosts: node5,node6)' \
   "  run directory  $RUN_DIR" \
   "  hpctrain launch   the job's launch on every host (each one an attempt in the run directory)" \
   "  exit              leave"

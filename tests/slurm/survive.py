@@ -45,11 +45,17 @@ def preempt(job_id: str, signal: str = "USR2") -> None:
     subprocess.run(["scancel", f"--signal={signal}", "--batch", str(job_id)], check=True)
 
 
+# The partition that preempts each of the test cluster's (tests/cluster/up.sh): same nodes,
+# higher PriorityTier.
+HIGHER = {"debug": "high", "side": "sidehigh"}
+
+
 def preempt_by_high_job(job_id: str, tmp_path) -> str:
     """A job in the higher-priority partition that needs the victim's nodes: Slurm preempts."""
     info = job_state(job_id)
     nodes, count = info["NodeList"], info["NumNodes"]
-    out = subprocess.run(["sbatch", "--parsable", "-p", "high", "--exclusive", "-N", count, "-w", nodes,
+    high = HIGHER[info["Partition"]]
+    out = subprocess.run(["sbatch", "--parsable", "-p", high, "--exclusive", "-N", count, "-w", nodes,
                           "-o", str(tmp_path / "high.out"), "--wrap", "sleep 1"],
                          capture_output=True, text=True, check=True).stdout
     return out.strip().split(";")[0]

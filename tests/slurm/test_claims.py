@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import submitted, wait_for_job
 from tests.operate_helpers import job_file, status_json
 from tests.slurm.survive import attempts, preempt, wait_for_checkpoint, wait_until
@@ -97,6 +99,7 @@ def _job_info_rpcs() -> int:
     return total
 
 
+@pytest.mark.alone  # slurmctld's counts: no other session's request may land among them
 def test_list_asks_slurm_once_whatever_the_number_of_runs(cli, cluster, tmp_path):
     jobs, dirs = [], []
     for i in range(5):

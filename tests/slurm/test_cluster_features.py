@@ -84,6 +84,7 @@ def test_system_packages_are_installed(cluster):
     assert Path("/etc/profile.d/lmod.sh").is_file()
 
 
+@pytest.mark.alone
 def test_up_repairs_without_restart(cluster):
     ctld_pid = (STATE_DIR / "run" / "slurmctld.pid").read_text().strip()
     # (what the nodes were when up.sh looked, should it restart: a state it does not accept)
@@ -101,6 +102,7 @@ def test_up_repairs_without_restart(cluster):
         assert (STATE_DIR / "hosts" / f"node{i}").read_text() == hosts
 
 
+@pytest.mark.alone
 def test_up_rebuilds_a_missing_image_without_restart(cluster):
     ctld_pid = (STATE_DIR / "run" / "slurmctld.pid").read_text().strip()
     run(*PODMAN.split(), "rmi", "--force", IMAGE)
@@ -300,7 +302,8 @@ def test_node_hosts_loopback_only_inside_that_node(cluster, ssh_info, tmp_path):
 
 def test_ssh_config_reaches_each_machine(ssh_info):
     hosts = ssh_info["HPCTRAIN_CLUSTER_SSH_HOSTS"].split()
-    ssh_nodes = min(n_nodes(), int(os.environ.get("HPCTRAIN_CLUSTER_SSH_NODES", "8")))
+    every_node = len(set(run("sinfo", "-h", "-N", "-o", "%N").stdout.split()))  # side nodes too
+    ssh_nodes = min(every_node, int(os.environ.get("HPCTRAIN_CLUSTER_SSH_NODES", "8")))
     assert hosts == [f"node{i}" for i in range(1, ssh_nodes + 1)] + ["login"], hosts
     for host in hosts:
         assert ssh(ssh_info, host, "hostname").stdout.strip() == host
@@ -613,6 +616,7 @@ def _leftovers() -> list[str]:
     return found
 
 
+@pytest.mark.alone
 def test_down_removes_everything_and_other_sizes_come_up(cluster):
     size = n_nodes()  # the session's size (HPCTRAIN_CLUSTER_NODES), restored at the end
     try:
@@ -622,7 +626,7 @@ def test_down_removes_everything_and_other_sizes_come_up(cluster):
         assert Path("/etc/slurm/slurm.conf").exists() and (STATE_DIR / "ssh" / "id_ed25519").exists()
         assert run(*PODMAN.split(), "image", "exists", IMAGE).returncode == 0
 
-        two = dict(os.environ, HPCTRAIN_CLUSTER_NODES="2")
+        two = dict(os.environ, HPCTRAIN_CLUSTER_NODES="2", HPCTRAIN_CLUSTER_SIDE_NODES="0")
         two.pop("HPCTRAIN_CLUSTER_SSH_NODES", None)
         up2 = run("bash", CLUSTER_DIR / "up.sh", env=two, timeout=300)
         assert "2 nodes (node[1-2])" in up2.stdout, up2.stdout

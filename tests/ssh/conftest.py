@@ -1,5 +1,5 @@
 """The ssh backend's tests run against the local cluster's real sshds (tests/cluster/README.md):
-node1..node3 as a lab's workstations, site locallab."""
+node5..node7 as a lab's workstations, site locallab."""
 from __future__ import annotations
 
 import subprocess
@@ -13,7 +13,7 @@ from tests.ssh.helpers import CLUSTER_DIR
 def lab(cluster) -> str:
     """Site locallab, with an sshd running on the hosts the tests use (a test that stopped one
     starts it again; this makes sure of it at the start)."""
-    for host in ("node1", "node2", "node3"):
+    for host in ("node5", "node6", "node7"):
         # The ip rules these tests add (helpers.ip_rule, priorities 100 and 101), left by a test
         # session that was killed before its `finally` ran: a blocked port 22 fails every test.
         for priority in ("100", "101"):

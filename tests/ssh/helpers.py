@@ -28,7 +28,7 @@ def on_host(host: str, command: str, timeout: float = 60) -> subprocess.Complete
                           capture_output=True, text=True, timeout=timeout)
 
 
-def leftovers(run_dir: Path, hosts=("node1", "node2")) -> dict[str, list[str]]:
+def leftovers(run_dir: Path, hosts=("node5", "node6")) -> dict[str, list[str]]:
     """What `ps` shows on each host that names the run directory (processes of the run)."""
     out = {}
     for host in hosts:
@@ -120,7 +120,7 @@ def sshd_stopped(host: str):
 
 
 @contextmanager
-def own_disks(base: Path, hosts=("node1", "node2")):
+def own_disks(base: Path, hosts=("node5", "node6")):
     """`base` is, on each host, a directory of that host alone (a bind mount in the host's own
     mount namespace), as on workstations without a shared filesystem; this machine, which
     submits, keeps the real one. Yields {host: the directory that host writes into}."""

@@ -41,7 +41,7 @@ def test_attach_reaches_the_second_host(running, home):
     child.logfile_read = sys.stdout
     child.sendline('echo "A""T=$(hostname)|$PWD"')
     child.expect(r"AT=(\S+)\|(\S+)\r\n")
-    assert child.match.groups() == ("node2", str(run_dir))  # rank 3: the second host's
+    assert child.match.groups() == ("node6", str(run_dir))  # rank 3: the second host's
     child.sendline("exit")
     child.expect(pexpect.EOF)
 
@@ -51,7 +51,7 @@ def test_stacks_on_every_host_and_the_job_goes_on(running, cli):
     out = cli("attach", str(run_dir), "--stacks", timeout=90).stdout
     sections = re.split(r"^--- rank (\d) on (node\d) \(pid \d+\)$", out, flags=re.M)
     assert [int(r) for r in sections[1::3]] == [0, 1, 2, 3], out
-    assert sections[2::3] == ["node1", "node1", "node2", "node2"], out
+    assert sections[2::3] == ["node5", "node5", "node6", "node6"], out
     for text in sections[3::3]:
         assert re.search(r'^  File ".*worker\.py", line \d+ in main$', text, re.M), out
     before = {p.name: p.read_text().count("step ") for p in (run_dir / "logs").glob("rank-*.log")}

@@ -40,15 +40,15 @@ def test_shell_on_the_first_host_launches_the_job_on_every_host(cli, lab, tmp_pa
     child.expect(r"run directory: (\S+)\r\n")
     run_dir = Path(child.match.group(1))
     child.expect(PROMPT)
-    assert (child.match.group("name"), child.match.group("host")) == ("lab-shell", "node1")
+    assert (child.match.group("name"), child.match.group("host")) == ("lab-shell", "node5")
     child.sendline('echo "V""=$HPCTRAIN_RUN_DIR|$HPCTRAIN_HEAD|$PWD|$(type -t hpctrain)"')
     child.expect(r"V=(\S+)\|(\S+)\|(\S+)\|(\S+)\r\n")
     # The host's PATH (ssh passes none of this one's) has no hpctrain: the shell's own launch.
-    assert child.match.groups() == (str(run_dir), "node1", str(run_dir / "code"), "function")
+    assert child.match.groups() == (str(run_dir), "node5", str(run_dir / "code"), "function")
     child.expect(PROMPT)
     rec = wait_for(lambda: (r := json.loads((run_dir / "run.json").read_text())).get("job_id") and r,
                    10, "the shell's id in run.json")
-    assert re.fullmatch(r"node1:\d+", rec["job_id"]) and rec["pid"] == int(rec["job_id"][6:]), rec
+    assert re.fullmatch(r"node5:\d+", rec["job_id"]) and rec["pid"] == int(rec["job_id"][6:]), rec
     assert json.loads(cli("status", str(run_dir), "--json").stdout)["state"]["state"] == "RUNNING"
 
     child.sendline('hpctrain launch; echo launch-status"=$?"')
@@ -56,7 +56,7 @@ def test_shell_on_the_first_host_launches_the_job_on_every_host(cli, lab, tmp_pa
     log = (run_dir / "logs" / "job.out").read_text() if (run_dir / "logs" / "job.out").exists() else ""
     assert child.match.group(1) == "0", log
     got = results(run_dir)
-    assert sorted(r["rank"] for r in got) == [0, 1] and {r["host"] for r in got} == {"node1", "node2"}
+    assert sorted(r["rank"] for r in got) == [0, 1] and {r["host"] for r in got} == {"node5", "node6"}
     child.expect(PROMPT)
 
     child.sendline("exit")

@@ -31,7 +31,7 @@ def refused(cli, tmp_path, job, site, *sets) -> str:
 
 
 def test_host_that_does_not_resolve(cli, lab, sites, tmp_path, job):
-    site = lab_site(sites, "lab-noname", hosts=["node1", "nosuchhost.invalid"])
+    site = lab_site(sites, "lab-noname", hosts=["node5", "nosuchhost.invalid"])
     err = refused(cli, tmp_path, job, "lab-noname")
     line = next(i for i, text in enumerate(site.read_text().splitlines(), 1) if text.startswith("hosts:"))
     assert f"error: {site}:{line}: host 'nosuchhost.invalid' does not resolve" in err, err
@@ -40,19 +40,19 @@ def test_host_that_does_not_resolve(cli, lab, sites, tmp_path, job):
 
 def test_host_that_refuses_connections(cli, lab, tmp_path, job):
     close_connections()
-    with sshd_stopped("node2"):
+    with sshd_stopped("node6"):
         err = refused(cli, tmp_path, job, lab)
-    assert "node2 refuses ssh connections (ssh: connect to host node2 port 22: Connection refused)" in err, err
-    assert "fix: start the ssh server (sshd) on node2" in err
+    assert "node6 refuses ssh connections (ssh: connect to host node6 port 22: Connection refused)" in err, err
+    assert "fix: start the ssh server (sshd) on node6" in err
 
 
 def test_host_whose_ssh_port_is_blocked(cli, lab, sites, tmp_path, job):
-    # node2 answers nothing on port 22 (its replies are dropped in its own network namespace).
+    # node6 answers nothing on port 22 (its replies are dropped in its own network namespace).
     close_connections()
     lab_site(sites, "lab-blocked", ssh={**_lab_ssh(), "connect_timeout": 3})
-    with ip_rule("node2", ["ipproto", "tcp", "sport", "22", "prohibit"], 101):
+    with ip_rule("node6", ["ipproto", "tcp", "sport", "22", "prohibit"], 101):
         err = refused(cli, tmp_path, job, "lab-blocked")
-    assert "node2 did not answer ssh within 3 s" in err and "timed out" in err, err
+    assert "node6 did not answer ssh within 3 s" in err and "timed out" in err, err
 
 
 def test_host_that_rejects_the_key(cli, lab, sites, tmp_path, job):
@@ -60,8 +60,8 @@ def test_host_that_rejects_the_key(cli, lab, sites, tmp_path, job):
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     lab_site(sites, "lab-key", ssh={**_lab_ssh(), "identity": str(key)})
     err = refused(cli, tmp_path, job, "lab-key")
-    assert "node1 rejected the ssh login" in err and "Permission denied (publickey)" in err, err
-    assert "fix: add your public key to ~/.ssh/authorized_keys on node1" in err
+    assert "node5 rejected the ssh login" in err and "Permission denied (publickey)" in err, err
+    assert "fix: add your public key to ~/.ssh/authorized_keys on node5" in err
 
 
 def test_unknown_host_key_with_the_strict_policy(cli, lab, sites, tmp_path, job):
@@ -70,13 +70,13 @@ def test_unknown_host_key_with_the_strict_policy(cli, lab, sites, tmp_path, job)
     lab_site(sites, "lab-strict", ssh={**_lab_ssh(), "host_key": "strict",
                                        "known_hosts": str(empty)})
     err = refused(cli, tmp_path, job, "lab-strict")
-    assert "the host key of node1 is not known here" in err, err
+    assert "the host key of node5 is not known here" in err, err
     assert "ssh.host_key: accept-new" in err
 
 
 def test_host_without_the_interpreter(cli, lab, tmp_path, job):
     err = refused(cli, tmp_path, job, lab, "python=/opt/no-such-venv/bin/python")
-    assert "node1, node2: the interpreter '/opt/no-such-venv/bin/python' (the job's python:) " \
+    assert "node5, node6: the interpreter '/opt/no-such-venv/bin/python' (the job's python:) " \
            "is not there" in err, err
 
 
@@ -88,11 +88,11 @@ def test_port_held_by_another_run(cli, lab, sites, tmp_path, job):
         wait_for(lambda: status_of(cli, holder.name)["state"]["state"] == "RUNNING", 120, "running")
         proc = cli("submit", job, "--site", "lab-fixed", check=False, timeout=180)
         assert proc.returncode == 2, proc.stdout + proc.stderr
-        assert f"node1: port 29555 is held by another hpctrain run: {holder}" in proc.stderr
+        assert f"node5: port 29555 is held by another hpctrain run: {holder}" in proc.stderr
         assert "fix: cancel that run, or leave port.fixed out of the site" in proc.stderr
     finally:
         cli("cancel", holder.name)
-    assert leftovers(holder) == {"node1": [], "node2": []}
+    assert leftovers(holder) == {"node5": [], "node6": []}
 
 
 def test_run_directory_not_on_a_shared_filesystem(cli, lab, tmp_path, job):

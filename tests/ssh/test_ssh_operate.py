@@ -26,7 +26,7 @@ def test_status_logs_list_and_wait(cli, lab, tmp_path):
     job_id, run_dir = submitted(cli("submit", jf, "--site", lab).stdout)
     st = wait_state(cli, run_dir.name, {"RUNNING", "COMPLETED"})
     if st["state"]["state"] == "RUNNING":
-        assert st["state"]["nodes"] == "node[1-2]"
+        assert st["state"]["nodes"] == "node[5-6]"
         text = cli("status", run_dir.name, cwd=tmp_path).stdout  # by run id, from elsewhere
         assert "RUNNING" in text and "2 node(s) x 1 rank(s)" in text
     follow = cli("logs", job_id, "-f", timeout=300, cwd=tmp_path)  # by job id; returns at the end
@@ -36,11 +36,11 @@ def test_status_logs_list_and_wait(cli, lab, tmp_path):
     assert st["state"]["state"] == "COMPLETED" and st["state"]["exit_code"] == 0
     one = cli("logs", job_id, "--rank", "1").stdout
     assert "rank 1 done" in one and "rank 0" not in one
-    by_node = cli("logs", job_id, "--node", "node2").stdout  # the site's name for the host
+    by_node = cli("logs", job_id, "--node", "node6").stdout  # the site's name for the host
     assert "rank 1 done" in by_node and "rank 0 done" not in by_node
-    assert {r["host"] for r in results(run_dir)} == {"node1", "node2"}
+    assert {r["host"] for r in results(run_dir)} == {"node5", "node6"}
     bad = cli("logs", job_id, "--node", "node9", check=False)
-    assert bad.returncode == 2 and "nodes of this run: node1, node2" in bad.stderr
+    assert bad.returncode == 2 and "nodes of this run: node5, node6" in bad.stderr
     assert "ssh-follow" in cli("list").stdout
     assert any(r["run_id"] == run_dir.name and r["state"]["state"] == "COMPLETED"
                for r in json.loads(cli("list", "--json").stdout))
@@ -49,7 +49,7 @@ def test_status_logs_list_and_wait(cli, lab, tmp_path):
 
 
 def test_failed_rank_stops_the_other_hosts_and_is_named(cli, lab, tmp_path):
-    # Rank 3 (node2) exits 3; every other rank would sleep for an hour.
+    # Rank 3 (node6) exits 3; every other rank would sleep for an hour.
     script = write_failing_program(tmp_path, "RANK").rename(tmp_path / "fail_rank.py")
     script.write_text(script.read_text().replace("if rank == 1:", "if rank == 3:"))
     jf = job_file(tmp_path, "ssh-fail", nodes=2, procs=2)
@@ -58,16 +58,16 @@ def test_failed_rank_stops_the_other_hosts_and_is_named(cli, lab, tmp_path):
     jf.write_text(yaml.safe_dump(doc))
     proc = cli("submit", jf, "--site", lab, "--wait", check=False, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "failed: rank 3 on node2 exit 3: exit status 3" in proc.stdout
+    assert "failed: rank 3 on node6 exit 3: exit status 3" in proc.stdout
     job_id, run_dir = submitted(proc.stdout)
     st = status_of(cli, job_id)
     assert st["state"]["state"] == "FAILED"
-    assert st["ended"].startswith("ranks: rank 3 on node2 failed (exit status 3)"), st
-    assert "rank 3 on node2 exit 3" in cli("status", job_id).stdout
+    assert st["ended"].startswith("ranks: rank 3 on node6 failed (exit status 3)"), st
+    assert "rank 3 on node6 exit 3" in cli("status", job_id).stdout
     log = job_log(run_dir)
-    assert "hpctrain: node2: its step ended with status 1: stopping the other hosts" in log
+    assert "hpctrain: node6: its step ended with status 1: stopping the other hosts" in log
     assert "slept through" not in log
-    assert leftovers(run_dir) == {"node1": [], "node2": []}
+    assert leftovers(run_dir) == {"node5": [], "node6": []}
 
 
 def test_killed_rank_stops_the_run_and_is_named(cli, lab):
@@ -78,12 +78,12 @@ def test_killed_rank_stops_the_run_and_is_named(cli, lab):
     wait_for(lambda: rank3.exists() and "starting at iteration" in rank3.read_text(), 300,
              "rank 3 to train")
     ident = json.loads((run_dir / "status" / "rank-3.json").read_text())
-    assert ident["node"] == "node2"
+    assert ident["node"] == "node6"
     os.kill(ident["pid"], signal.SIGKILL)  # the test cluster's machines share one process table
     st = wait_done(cli, job_id, timeout=300)
     assert st["state"]["state"] == "FAILED"
-    assert st["ended"].startswith("ranks: rank 3 on node2 was killed: Signal 9 (SIGKILL)"), st
-    assert leftovers(run_dir) == {"node1": [], "node2": []}
+    assert st["ended"].startswith("ranks: rank 3 on node6 was killed: Signal 9 (SIGKILL)"), st
+    assert leftovers(run_dir) == {"node5": [], "node6": []}
     assert not (run_dir / "results" / "rank-0.json").exists()  # stopped, not finished
 
 
@@ -93,12 +93,12 @@ def test_cancel_stops_every_process_on_every_host(cli, lab, tmp_path):
     wait_for(lambda: len(list((run_dir / "status").glob("rank-*.json"))) == 4, 120, "4 ranks")
     pids = [json.loads(p.read_text())["pid"] for p in (run_dir / "status").glob("rank-*.json")]
     running = leftovers(run_dir)
-    assert running["node1"] and running["node2"]
+    assert running["node5"] and running["node6"]
     out = cli("cancel", run_dir.name).stdout
     assert "CANCELLED" in out
     st = status_of(cli, job_id)
     assert st["state"]["state"] == "CANCELLED" and st["ended"] is None  # cancelled, not failed
-    assert leftovers(run_dir) == {"node1": [], "node2": []}
+    assert leftovers(run_dir) == {"node5": [], "node6": []}
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or \
             open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
@@ -144,22 +144,22 @@ def test_torchrun_restart_resumes_from_the_newest_checkpoint(cli, lab):
     assert (run_dir / "results" / "killed-rank-1-at-8").exists()
     runs = attempts(run_dir)
     assert sorted(a["rank"] for a in runs) == [0, 1, 2, 3], runs
-    assert {a["host"] for a in runs} == {"node1", "node2"}
+    assert {a["host"] for a in runs} == {"node5", "node6"}
     assert max(a["torchrun_restart"] for a in runs) == 1, runs
     assert {a["started_from"] for a in runs} == {5} and {a["reached"] for a in runs} == {12}
     assert len(re.findall(r"hpctrain: preflight: all 4 ranks met in [\d.]+ s", log)) == 2, log
 
 
 def test_preflight_names_a_host_that_cannot_reach_the_head(cli, lab, sites):
-    # node2 cannot open a connection to node1's rendezvous port (ssh, port 22, still works):
-    # the preflight stops the job within launcher.preflight_timeout and names node2, instead of
+    # node6 cannot open a connection to node5's rendezvous port (ssh, port 22, still works):
+    # the preflight stops the job within launcher.preflight_timeout and names node6, instead of
     # torchrun waiting for its join_timeout.
     # The run's port is fixed (below Slurm's 61000-65534) and only it is blocked: Slurm jobs of
-    # the e2e tier may run on node1 and node2 meanwhile (scripts/test-all.sh), and their
+    # the e2e tier may run on node5 and node6 meanwhile (scripts/test-all.sh), and their
     # rendezvous must not be cut too.
     port = 60998
     lab_site(sites, "lab-port", port={"fixed": port})
-    with ip_rule("node2", ["to", "10.231.0.11", "ipproto", "tcp", "dport", str(port),
+    with ip_rule("node6", ["to", "10.231.0.15", "ipproto", "tcp", "dport", str(port),
                            "prohibit"], 100):
         proc = cli("submit", RESUMABLE, "--site", "lab-port", "--set", f"python={sys.executable}",
                    "--set", "launcher.preflight_timeout=10", "--wait", check=False, timeout=300)
@@ -169,11 +169,11 @@ def test_preflight_names_a_host_that_cannot_reach_the_head(cli, lab, sites):
     # The check runs in the launch step, before torchrun: no torchrun started, so no rank did.
     assert "preflight: 2 nodes must reach" in log and "(in the launch step)" in log, log
     assert not list(run_dir.glob("logs/rank-*.log")), sorted(run_dir.glob("logs/*"))
-    assert re.search(r"hpctrain: error: preflight failed \(status \d+\): .*node2", log), log
+    assert re.search(r"hpctrain: error: preflight failed \(status \d+\): .*node6", log), log
     assert "within 10 s (preflight_timeout)" in log
     failure = json.loads((run_dir / "status" / "failure.json").read_text())
-    assert failure["reason"] == "preflight" and "node2" in failure["message"], failure
-    assert leftovers(run_dir) == {"node1": [], "node2": []}
+    assert failure["reason"] == "preflight" and "node6" in failure["message"], failure
+    assert leftovers(run_dir) == {"node5": [], "node6": []}
 
 
 def test_sweep_runs_its_tasks_on_the_hosts_with_ports_of_their_own(cli, lab, tmp_path):
@@ -184,7 +184,7 @@ def test_sweep_runs_its_tasks_on_the_hosts_with_ports_of_their_own(cli, lab, tmp
     assert "2 completed" in proc.stdout
     res = results(run_dir)
     assert sorted((r["lr"], r["rank"]) for r in res) == [("0.01", 0), ("0.01", 1), ("0.1", 0), ("0.1", 1)]
-    # The two tasks ran at once on the same hosts: each claimed a port of its own on node1.
+    # The two tasks ran at once on the same hosts: each claimed a port of its own on node5.
     assert len({r["port"] for r in res}) == 2
     st = status_of(cli, job_id)
     assert st["state"]["state"] == "COMPLETED" and len(st["state"]["tasks"]) == 2
@@ -208,9 +208,9 @@ def _ssh_connections(to: str, where: list[str] = (), tag: str = "/tmp/hpctrain-s
 
 def test_one_ssh_connection_per_host_however_many_commands(cli, lab, tmp_path):
     # submit probes and starts, status asks, logs reads, the head's batch shell runs the
-    # preflight and the launch on node2: each side holds ONE connection to each host it uses.
+    # preflight and the launch on node6: each side holds ONE connection to each host it uses.
     close_connections()
-    node1, node2 = "10.231.0.11", "10.231.0.12"
+    node5, node6 = "10.231.0.15", "10.231.0.16"
     jf = job_file(tmp_path, "ssh-conns", nodes=2, procs=1, args=["--seconds", "20"])
     job_id, run_dir = submitted(cli("submit", jf, "--site", lab).stdout)
     try:
@@ -218,10 +218,10 @@ def test_one_ssh_connection_per_host_however_many_commands(cli, lab, tmp_path):
         for _ in range(3):
             assert status_of(cli, job_id)["state"]["state"] == "RUNNING"
         cli("logs", job_id)
-        assert _ssh_connections(node1) == 1 and _ssh_connections(node2) == 1
+        assert _ssh_connections(node5) == 1 and _ssh_connections(node6) == 1
         tag = subprocess.run(["cksum"], input=str(run_dir), capture_output=True,
                              text=True).stdout.split()[0]
-        assert _ssh_connections(node2, netns("node1"), f"/tmp/hpctrain-ssh-{os.getuid()}/{tag}-") == 1
+        assert _ssh_connections(node6, netns("node5"), f"/tmp/hpctrain-ssh-{os.getuid()}/{tag}-") == 1
     finally:
         cli("cancel", job_id)
-    assert leftovers(run_dir) == {"node1": [], "node2": []}
+    assert leftovers(run_dir) == {"node5": [], "node6": []}

@@ -17,7 +17,7 @@ from tests.ssh.helpers import job_log, lab_site, leftovers, own_disks, status_of
 
 @pytest.fixture
 def lab_disks(lab, tmp_path):
-    """A directory that is, on node1 and node2, each one's own: the code and the runs go there."""
+    """A directory that is, on node5 and node6, each one's own: the code and the runs go there."""
     base = tmp_path / "lab"
     with own_disks(base) as disks:
         yield base, disks
@@ -45,17 +45,17 @@ def test_run_and_code_are_copied_and_the_results_come_back(cli, sites, lab_disks
     for host, disk in disks.items():
         assert (disk / "code" / "ddp_check.py").is_file(), host
         assert (disk / "runs" / "ssh-rsync" / run_dir.name / "rank" / "__main__.py").is_file(), host
-    node2 = disks["node2"] / "runs" / "ssh-rsync" / run_dir.name
-    assert sorted(p.name for p in (node2 / "logs").glob("rank-*.log")) == ["rank-2.log", "rank-3.log"]
+    node6 = disks["node6"] / "runs" / "ssh-rsync" / run_dir.name
+    assert sorted(p.name for p in (node6 / "logs").glob("rank-*.log")) == ["rank-2.log", "rank-3.log"]
     # ... and everything came back here: one run directory, as with a shared filesystem.
     results = read_results(run_dir)
     assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
     assert {r["allreduce"] for r in results} == {6.0}
-    assert [r["host"] for r in sorted(results, key=lambda r: r["rank"])] == ["node1", "node1", "node2", "node2"]
+    assert [r["host"] for r in sorted(results, key=lambda r: r["rank"])] == ["node5", "node5", "node6", "node6"]
     assert sorted(p.name for p in (run_dir / "logs").glob("rank-*.log")) == [
         "rank-0.log", "rank-1.log", "rank-2.log", "rank-3.log"]
-    assert "[rank 3] rank 3/4 on node2" in job_log(run_dir)
-    assert "rank 3/4 on node2" in cli("logs", run_dir.name, "--rank", "3").stdout
+    assert "[rank 3] rank 3/4 on node6" in job_log(run_dir)
+    assert "rank 3/4 on node6" in cli("logs", run_dir.name, "--rank", "3").stdout
     record = json.loads((run_dir / "run.json").read_text())
     assert record["ssh"]["sync"] == "rsync" and record["ssh"]["fetched"] is True
     assert status_of(cli, job_id)["state"]["state"] == "COMPLETED"
@@ -73,12 +73,12 @@ def test_failure_notes_of_every_host_reach_the_status(cli, sites, lab_disks):
     lab_site(sites, "lab-rsync", sync={"mode": "rsync", "code": True})
     proc = cli("submit", job, "--site", "lab-rsync", "--wait", cwd=code, check=False, timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    # Rank 2's note was written on node2's own disk; the head brought it back before summing up.
-    assert "failed: rank 2 on node2 exit 4: exit status 4" in proc.stdout
+    # Rank 2's note was written on node6's own disk; the head brought it back before summing up.
+    assert "failed: rank 2 on node6 exit 4: exit status 4" in proc.stdout
     _, run_dir = submitted(proc.stdout)
     failure = json.loads((run_dir / "status" / "failure.json").read_text())
-    assert failure["message"].startswith("rank 2 on node2 failed (exit status 4)"), failure
-    assert leftovers(run_dir) == {"node1": [], "node2": []}
+    assert failure["message"].startswith("rank 2 on node6 failed (exit status 4)"), failure
+    assert leftovers(run_dir) == {"node5": [], "node6": []}
 
 
 def test_cancel_in_rsync_mode(cli, sites, lab_disks):
@@ -93,7 +93,7 @@ def test_cancel_in_rsync_mode(cli, sites, lab_disks):
     _, run_dir = submitted(cli("submit", job, "--site", "lab-rsync", cwd=code).stdout)
     wait_for(lambda: "step 1 of rank 3" in cli("logs", run_dir.name).stdout, 120, "rank 3's output here")
     assert "CANCELLED" in cli("cancel", run_dir.name).stdout
-    assert leftovers(run_dir) == {"node1": [], "node2": []}
+    assert leftovers(run_dir) == {"node5": [], "node6": []}
 
 
 def test_without_the_code_the_missing_working_directory_is_named(cli, sites, lab_disks):
@@ -104,7 +104,7 @@ def test_without_the_code_the_missing_working_directory_is_named(cli, sites, lab
     proc = cli("submit", job, "--site", "lab-rsync-nocode", "--set", "snapshot=false", cwd=code,
                check=False, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert f"node1, node2: the working directory {code} (where the job was submitted) is not there" \
+    assert f"node5, node6: the working directory {code} (where the job was submitted) is not there" \
         in proc.stderr, proc.stderr
     assert "fix: set the site's sync.code: true" in proc.stderr
     assert not list((base / "runs").rglob("run.json"))

@@ -42,7 +42,7 @@ def _stopped(cli, run_dir: Path, sig: str) -> tuple[dict, dict]:
     # Both hosts' ranks stopped at that iteration (rsl-rl's learn() returned there).
     reached = {a["host"]: a["reached"] for a in map(json.loads, (run_dir / "results" / "attempts.jsonl")
                                                      .read_text().splitlines())}
-    assert reached == {"node1": stopped["step"], "node2": stopped["step"]}, reached
+    assert reached == {"node5": stopped["step"], "node6": stopped["step"]}, reached
     # No traceback for the signal torchrun was sent. torch's elastic agent on a host whose peer
     # (the head, which holds the rendezvous store) finished first logs its failed exit barrier
     # with the store error's traceback (agent/server/api.py, "Error waiting on exit barrier"):
@@ -51,7 +51,7 @@ def _stopped(cli, run_dir: Path, sig: str) -> tuple[dict, dict]:
                        if "torch/distributed/elastic/agent/server/api.py:" not in line)
     assert "SignalException" not in log, log[-4000:]
     assert "Traceback" not in shown, shown[-4000:]
-    assert leftovers(run_dir) == {"node1": [], "node2": []}
+    assert leftovers(run_dir) == {"node5": [], "node6": []}
     return st, stopped
 
 
@@ -59,30 +59,30 @@ def _stopped(cli, run_dir: Path, sig: str) -> tuple[dict, dict]:
 def test_a_signal_to_the_batch_shell_saves_on_every_host(cli, lab, sig):
     run_dir = _training(cli, lab)
     pid = (run_dir / "status" / "pid").read_text().strip()
-    assert on_host("node1", f"kill -{sig} {int(pid)}").returncode == 0
+    assert on_host("node5", f"kill -{sig} {int(pid)}").returncode == 0
     _stopped(cli, run_dir, sig)
     log = job_log(run_dir)
     assert f"SIG{sig}: passed to torchrun on every host as SIGTERM" in log, log[-3000:]
-    # node2's torchrun is signalled while its ranks run; ranks that already stopped with node1's
+    # node6's torchrun is signalled while its ranks run; ranks that already stopped with node5's
     # (they agree on the iteration to stop at) leave their torchrun to finish by itself.
-    assert ("hpctrain term: node2: SIGTERM to torchrun" in log
-            or "hpctrain term: node2: the ranks have ended; torchrun is finishing" in log), log[-3000:]
+    assert ("hpctrain term: node6: SIGTERM to torchrun" in log
+            or "hpctrain term: node6: the ranks have ended; torchrun is finishing" in log), log[-3000:]
 
 
 def test_term_to_one_hosts_torchrun_stops_the_run_and_it_resumes(cli, lab):
-    # What a user's kill of torchrun on node2 does: node2's ranks get it from their torchrun,
-    # node1's from the batch shell; all save at one iteration. Then the hint, as typed.
+    # What a user's kill of torchrun on node6 does: node6's ranks get it from their torchrun,
+    # node5's from the batch shell; all save at one iteration. Then the hint, as typed.
     run_dir = _training(cli, lab, updates=14)
     rank = next(json.loads(p.read_text()) for p in run_dir.glob("status/rank-*.json")
-                if json.loads(p.read_text())["node"] == "node2")
-    agent = on_host("node2", f"ps -o ppid= -p {int(rank['pid'])}").stdout.strip()
-    assert agent.isdigit() and "rank" in on_host("node2", f"cat /proc/{agent}/cmdline").stdout
-    assert on_host("node2", f"kill -TERM {agent}").returncode == 0
+                if json.loads(p.read_text())["node"] == "node6")
+    agent = on_host("node6", f"ps -o ppid= -p {int(rank['pid'])}").stdout.strip()
+    assert agent.isdigit() and "rank" in on_host("node6", f"cat /proc/{agent}/cmdline").stdout
+    assert on_host("node6", f"kill -TERM {agent}").returncode == 0
     st, stopped = _stopped(cli, run_dir, "TERM")
     log = job_log(run_dir)
-    assert "node2: torchrun ended on a signal (status 143): passing SIGTERM on to every host" in log
+    assert "node6: torchrun ended on a signal (status 143): passing SIGTERM on to every host" in log
     assert "torchrun was sent SIGTERM" in log
-    # node1's torchrun, its ranks done, waits in its exit barrier for node2's, which is gone:
+    # node5's torchrun, its ranks done, waits in its exit barrier for node6's, which is gone:
     # ended once every rank has, not a minute on.
     assert "the ranks have ended on every host: ending the torchrun" in log, log[-3000:]
     assert "did not end within 60 s" not in log
@@ -94,8 +94,8 @@ def test_term_to_one_hosts_torchrun_stops_the_run_and_it_resumes(cli, lab):
     assert st["state"]["state"] == "COMPLETED", (st, job_log(run_dir)[-3000:])
     attempts = [json.loads(line) for line in
                 (run_dir / "results" / "attempts.jsonl").read_text().splitlines()][2:]
-    assert sorted(a["host"] for a in attempts) == ["node1", "node2"], attempts
+    assert sorted(a["host"] for a in attempts) == ["node5", "node6"], attempts
     for a in attempts:
         assert a["resume_from"] == stopped["saved"] and a["started_from"] == stopped["step"], a
         assert a["reached"] == 13, a
-    assert leftovers(run_dir) == {"node1": [], "node2": []}
+    assert leftovers(run_dir) == {"node5": [], "node6": []}

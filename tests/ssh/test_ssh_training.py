@@ -35,11 +35,11 @@ def test_library_trains_on_two_hosts(library, cli, lab):
     assert proc.returncode == 0, proc.stdout + proc.stderr + log[-4000:]
     results = read_results(run_dir)
     check_trained(results, log, world=4, hosts=2)
-    assert {r.get("hostname") or r.get("host") for r in results} == {"node1", "node2"}
+    assert {r.get("hostname") or r.get("host") for r in results} == {"node5", "node6"}
     assert all(r["library"] == library for r in results)
     assert sorted(run_dir.glob(pattern)), f"no checkpoint matching {pattern} in {run_dir}"
     assert [r["rank"] for r in results if r["checkpoint"]] == [0]
-    assert leftovers(run_dir) == {"node1": [], "node2": []}
+    assert leftovers(run_dir) == {"node5": [], "node6": []}
     print(f"{library}: 2x2 over ssh, job {job_id}, end to end {time.monotonic() - t0:.1f} s")
 
 
@@ -60,26 +60,26 @@ def test_ddp_check_same_rendezvous_bootstrap_and_run_directory(cli, lab):
     proc = cli("submit", "examples/ddp_check.yaml", "--site", lab, "--set",
                f"python={sys.executable}", "--wait", env=stale, timeout=600)
     job_id, run_dir = submitted(proc.stdout)
-    assert job_id.startswith("node1:")  # the batch shell's pid on the head
+    assert job_id.startswith("node5:")  # the batch shell's pid on the head
     log = job_log(run_dir)
     results = read_results(run_dir)
     assert sorted(r["rank"] for r in results) == [0, 1, 2, 3], log
     assert {r["world_size"] for r in results} == {4}
     assert {r["allreduce"] for r in results} == {6.0}
-    assert [r["host"] for r in sorted(results, key=lambda r: r["rank"])] == ["node1", "node1", "node2", "node2"]
+    assert [r["host"] for r in sorted(results, key=lambda r: r["rank"])] == ["node5", "node5", "node6", "node6"]
     assert sorted(r["seed"] for r in results) == ["1234", "1235", "1236", "1237"]
     for name in ("job.yaml", "job.sh", "rank/__main__.py", "bootstrap.json", "run.json",
                  "logs/job.out", "logs/rank-3.log", "status/rank-3.json", "status/exit_code"):
         assert (run_dir / name).is_file(), name
     record = json.loads((run_dir / "run.json").read_text())
     assert record["backend"] == "ssh" and record["job_id"] == job_id and record["site"] == "locallab"
-    assert record["ssh"]["hosts"] == ["node1", "node2"] and record["git"]["commit"]
+    assert record["ssh"]["hosts"] == ["node5", "node6"] and record["git"]["commit"]
     # Head = the first host, resolved on the head, not loopback; the port derives from the job id.
     import re
-    m = re.search(r"rendezvous: node1:(\d+) \(10\.231\.0\.11\), 2 nodes: node1,node2", log)
+    m = re.search(r"rendezvous: node5:(\d+) \(10\.231\.0\.15\), 2 nodes: node5,node6", log)
     assert m, log
     rdzv_id = int(re.search(r"--rdzv-id=(\d+)", log).group(1))
     assert int(m.group(1)) == 61000 + 2 * (rdzv_id % 2268)
-    assert re.search(r"hpctrain preflight: all 2 nodes reached node1:\d+ in [\d.]+ s", log), log
+    assert re.search(r"hpctrain preflight: all 2 nodes reached node5:\d+ in [\d.]+ s", log), log
     assert "preflight: all 4 ranks met" in log
-    assert "[rank 3] rank 3/4 on node2" in log  # every host's output in one log, prefixed
+    assert "[rank 3] rank 3/4 on node6" in log  # every host's output in one log, prefixed
