@@ -55,6 +55,7 @@ if ! [[ ${SIDE} =~ ^(0|[1-9][0-9]?)$ ]]; then
     die "HPCTRAIN_CLUSTER_SIDE_NODES must be an integer in 0..99 (got '${SIDE}')"
 fi
 ALL=$((NODES + SIDE)) # every slurmd: node1..nodeNODES, then the side nodes
+((ALL <= 200)) || die "HPCTRAIN_CLUSTER_NODES + HPCTRAIN_CLUSTER_SIDE_NODES must be at most 200 (node IPs 10.231.0.11..210)"
 ((SSH_NODES <= ALL)) || SSH_NODES=${ALL}
 
 if ((NODES == 1)); then node_list=node1; else node_list="node[1-${NODES}]"; fi

@@ -8,11 +8,6 @@ from __future__ import annotations
 
 import math
 
-# The e2e tier's Slurm jobs run in the local cluster's side partition (node5..node7,
-# tests/cluster/up.sh): scripts/test-all.sh runs the tier beside tests/slurm, whose preemptions
-# (`-p high --exclusive`) and node faults stay on node1..node4.
-SIDE = ("--set", "resources.partition=side")
-
 
 def check_learned(results: list[dict]) -> None:
     initial = {r["initial_params_sha256"] for r in results}

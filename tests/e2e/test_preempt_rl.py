@@ -26,8 +26,8 @@ import time
 import pytest
 
 from tests.conftest import ROOT, read_results, submitted, wait_for_job
-from tests.e2e.learning import SIDE, check_progress, check_trained
-from tests.slurm.survive import attempts, preempt_by_high_job, slurm_log, wait_until
+from tests.e2e.learning import check_progress, check_trained
+from tests.slurm.survive import SIDE, attempts, preempt_by_high_job, slurm_log, wait_until
 
 
 STEPS = 8  # skrl: timesteps per update (its checkpoints are named by timestep)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, read_results, submitted, wait_for_job
-from tests.e2e.learning import SIDE, check_learned, check_progress, check_trained
+from tests.e2e.learning import check_learned, check_progress, check_trained
+from tests.slurm.survive import SIDE
 
 
 def cluster_log(run_dir: Path) -> str:

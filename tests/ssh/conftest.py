@@ -22,8 +22,8 @@ def lab(cluster) -> str:
         proc = subprocess.run(["bash", str(CLUSTER_DIR / "node-sshd.sh"), host, "start", "--quiet"],
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            pytest.fail(f"no sshd on {host}: {proc.stderr} (HPCTRAIN_CLUSTER_SSH_NODES >= 3 and "
-                        "HPCTRAIN_CLUSTER_NODES >= 3 are needed)")
+            pytest.fail(f"no sshd on {host}: {proc.stderr} (the side nodes are needed: "
+                        "HPCTRAIN_CLUSTER_SIDE_NODES >= 3, HPCTRAIN_CLUSTER_SSH_NODES >= every node)")
     return "locallab"
 
 
