@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -38,12 +39,39 @@ def leftovers(run_dir: Path, hosts=("node5", "node6")) -> dict[str, list[str]]:
     return out
 
 
+# The lab's hosts' addresses (site locallab: the cluster's side nodes node5..node7).
+LAB_ADDRESSES = {"10.231.0.15", "10.231.0.16", "10.231.0.17"}
+
+
+def _peers(pid: str) -> set[str]:
+    """The IPv4 addresses a process has TCP connections to (its own network namespace's table):
+    an ssh master's title names only its socket, not its host."""
+    try:
+        inodes = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{pid}/fd")}
+        rows = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return set()
+    peers = set()
+    for row in rows:
+        fields = row.split()
+        if fields[9] in inodes:
+            peers.add(".".join(str(b) for b in reversed(bytes.fromhex(fields[2].split(":")[0]))))
+    return peers
+
+
 def close_connections() -> None:
-    """Ends every shared ssh connection of this user's hpctrain (ControlMaster), so that the next
-    command really connects (a test of what a host answers must not ride on an old connection)."""
+    """Ends the shared ssh connections (ControlMaster) of this user's hpctrain to the lab's
+    hosts, so that the next command really connects (a test of what a host answers must not ride
+    on an old connection). Only those: the directory is shared with the Slurm tier's connections
+    to the login node, in use at the same time, and ending one of those fails that tier's command
+    with a silent ssh exit 255."""
     for sock in glob.glob(f"/tmp/hpctrain-ssh-{os.getuid()}/*"):
-        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"],
-                       capture_output=True, timeout=30)
+        check = subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "check", "x"],
+                               capture_output=True, text=True, timeout=30)
+        master = re.search(r"pid=(\d+)", check.stderr + check.stdout)
+        if master and _peers(master.group(1)) & LAB_ADDRESSES:
+            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"],
+                           capture_output=True, timeout=30)
 
 
 def lab_site(directory: Path, name: str, **changes) -> Path:
