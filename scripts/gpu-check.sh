@@ -2,14 +2,19 @@
 # gpu-check.sh: does hpctrain train on this machine's GPU, end to end? Run it on a GPU node (or
 # workstation) from the repository:
 #
-#   scripts/gpu-check.sh [--python PYTHON] [--keep]
+#   scripts/gpu-check.sh [--python PYTHON] [--keep] [--libraries LIST]
+#
+#   --libraries LIST  train only these RL libraries (comma-separated, from rl_games, rsl_rl,
+#                     skrl_torch, skrl_jax; default: all four): to spend less device time when
+#                     one library is in question. The others get the row `skip`; stop and resume
+#                     are checks of their own and run whenever rsl_rl is installed.
 #
 # What it does, each a real hpctrain run on the local site (in a scratch runs directory):
 #   gpus      what nvidia-smi lists, and whether the job's python (torch) can use CUDA
 #   probe     a 1-rank job printing, at rank start, the device the bootstrap pinned and the
 #             site's NCCL_* variables as the rank sees them
-#   <library> every installed RL library (rl_games, rsl_rl, skrl torch, skrl jax) for a few
-#             iterations (examples/rl/*), 1 rank per GPU
+#   <library> every installed RL library (rl_games, rsl_rl, skrl torch, skrl jax; or those in
+#             --libraries) for a few iterations (examples/rl/*), 1 rank per GPU
 #   stop      SIGTERM to a training job mid-run: it must end STOPPED with a saved checkpoint
 #   resume    `hpctrain submit --resume RUN` continues it from that checkpoint to the end
 # and prints one table: check | result | detail. Where no CUDA is usable (no nvidia-smi, no GPU,
@@ -21,14 +26,25 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 [[ -x $PYTHON ]] || PYTHON=$(command -v python3)
 KEEP=0
+ALL_LIBRARIES=rl_games,rsl_rl,skrl_torch,skrl_jax
+LIBRARIES=$ALL_LIBRARIES
 while (( $# )); do
   case $1 in
     --python) PYTHON=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --libraries) LIBRARIES=${2-}; shift $(( $# > 1 ? 2 : 1 )) ;;
+    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+# The whole list must be names from ALL_LIBRARIES, comma-separated (no spaces, none empty).
+NAME="(${ALL_LIBRARIES//,/|})"
+LIST_RE="^$NAME(,$NAME)*\$"
+if [[ ! $LIBRARIES =~ $LIST_RE ]]; then
+  echo "gpu-check: --libraries '$LIBRARIES' is not a comma-separated list of names from:" \
+       "${ALL_LIBRARIES//,/, } (see --help)" >&2
+  exit 2
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hpctrain-gpu-check.XXXXXX")
 if (( ! KEEP )); then
@@ -130,6 +146,10 @@ fi
 # --- every installed RL library, a few iterations ----------------------------------------------
 for lib in rl_games:rl_games rsl_rl:rsl_rl skrl:skrl_torch skrl,jax:skrl_jax; do
   modules=${lib%%:*} example=${lib#*:}
+  if [[ ,$LIBRARIES, != *",$example,"* ]]; then
+    row "$example" skip "not asked (--libraries)"
+    continue
+  fi
   if ! "$PYTHON" -c "import $modules" >/dev/null 2>&1; then
     row "$example" skip "not installed for $PYTHON"
     continue

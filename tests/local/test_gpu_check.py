@@ -1,7 +1,9 @@
 """scripts/gpu-check.sh (issue 28, item 5) on this CPU machine, whole: a stand-in nvidia-smi on
 PATH prints the real bytes of an H100's `nvidia-smi -L` (tests/fixtures/nvidia-smi/, copied from the shared fixtures), torch
-here has no CUDA, so the script must say that and run every check on the CPU: the probe job, each
-installed RL library, a SIGTERM that saves and a --resume that continues, one table."""
+here has no CUDA, so the script must say that and run every check on the CPU: the probe job, the
+RL library asked for (--libraries rsl_rl: every library is trained for real elsewhere in the
+suite), a SIGTERM that saves and a --resume that continues, one table. And --libraries with a name
+it does not know is refused before any run starts."""
 from __future__ import annotations
 
 import os
@@ -24,6 +26,10 @@ def _stand_in(bin_dir: Path) -> None:
     smi.chmod(0o755)
 
 
+SCRIPT = ROOT / "scripts" / "gpu-check.sh"
+LIBRARIES = ("rl_games", "rsl_rl", "skrl_torch", "skrl_jax")
+
+
 def test_gpu_check_on_a_machine_whose_torch_has_no_cuda(tmp_path):
     assert FIXTURE.is_file(), FIXTURE
     bin_dir = tmp_path / "bin"
@@ -31,7 +37,7 @@ def test_gpu_check_on_a_machine_whose_torch_has_no_cuda(tmp_path):
     _stand_in(bin_dir)
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", TMPDIR=str(tmp_path),
                HPCTRAIN_HOME=str(tmp_path / "home"))
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh")], cwd=tmp_path, env=env,
+    proc = subprocess.run(["bash", str(SCRIPT), "--libraries", "rsl_rl"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr[-4000:]
@@ -47,11 +53,34 @@ def test_gpu_check_on_a_machine_whose_torch_has_no_cuda(tmp_path):
     assert "cannot use CUDA: the checks run on cpu" in rows["gpus"][1]
     assert rows["probe"][0] == "ok" and rows["probe"][1].startswith("rank 0 on cpu"), rows
     assert "NCCL: " in rows["probe"][1]
-    for lib in ("rl_games", "rsl_rl", "skrl_torch", "skrl_jax"):
-        assert rows[lib] == ("ok", "3 iterations on cpu, COMPLETED") or rows[lib][0] == "skip", rows
-    assert rows["rsl_rl"][0] == "ok"  # installed here: it must have run
+    # Only rsl_rl (installed here) was asked for: it ran; the others are skipped, in their places.
+    assert rows["rsl_rl"] == ("ok", "3 iterations on cpu, COMPLETED"), rows
+    for lib in LIBRARIES:
+        if lib != "rsl_rl":
+            assert rows[lib] == ("skip", "not asked (--libraries)"), rows
+    assert list(rows) == ["gpus", "probe", *LIBRARIES, "stop", "resume"], rows
     assert rows["stop"][0] == "ok" and "STOPPED (SIGTERM)" in rows["stop"][1], rows
     assert "saved checkpoints/model_" in rows["stop"][1]
     assert rows["resume"][0] == "ok" and "continued from checkpoints/model_" in rows["resume"][1], rows
     assert "device: cpu" in out
     assert not list(tmp_path.glob("hpctrain-gpu-check.*"))  # its scratch runs are removed
+
+
+def test_gpu_check_refuses_an_unknown_library_before_any_run(tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path), HPCTRAIN_HOME=str(tmp_path / "home"))
+    for given in ("nosuch", "rsl_rl,nosuch", "rsl_rl,"):
+        proc = subprocess.run(["bash", str(SCRIPT), "--libraries", given], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"--libraries '{given}'" in proc.stderr, proc.stderr
+        assert "names from: rl_games, rsl_rl, skrl_torch, skrl_jax" in proc.stderr, proc.stderr
+        # No run started: no check was reported, no table, no scratch runs directory made.
+        assert "gpu-check: gpus" not in proc.stderr and "| result" not in proc.stdout, proc
+        assert not list(tmp_path.glob("hpctrain-gpu-check.*"))
+        assert not (tmp_path / "home").exists()
+    # --help documents the option.
+    helped = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True,
+                            timeout=60)
+    assert helped.returncode == 0, helped.stderr
+    assert "[--libraries LIST]" in helped.stdout and "--libraries LIST  train only" in helped.stdout
+    assert "set -uo" not in helped.stdout  # the header only
