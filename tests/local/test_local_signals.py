@@ -16,19 +16,21 @@ from tests.conftest import ROOT, submitted
 from tests.operate_helpers import job_file, status_json
 
 
-def _wait_for(cond, timeout, what):
+def _wait_for(cond, timeout, what, every=0.3):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = cond()
         if value:
             return value
-        time.sleep(0.3)
+        time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
 
 
 def _done(cli, ref, timeout=180) -> dict:
+    # Once a second: each `hpctrain status` is a Python start (~0.15 CPU-s), taken from the
+    # runs the suite's sessions share the two cores with.
     return _wait_for(lambda: (st := status_json(cli, ref))["state"]["done"] and st, timeout,
-                     f"{ref} to end")
+                     f"{ref} to end", every=1.0)
 
 
 def _alive(pid: int) -> bool:
