@@ -6,9 +6,9 @@
 #      before any cluster starts;
 #   2. the few cluster tests marked `alone` (they restart or repair the cluster, or count
 #      slurmctld's requests), alone;
-#   3. three sessions side by side: tests/slurm on node1..node4; tests/local (no cluster);
-#      tests/e2e on the side nodes (node5..node7, partition side), then tests/ssh (the side
-#      nodes' sshds), then a few files of tests/slurm on the side nodes.
+#   3. three sessions side by side: tests/slurm on node1..node4; tests/local (no cluster), then
+#      a few files of tests/slurm on node8..node9 (partition side2); tests/e2e on node5..node7
+#      (partition side), then tests/ssh (their sshds), then a few files of tests/slurm there.
 # At the end: each tier's result and the 15 slowest tests of the whole run.
 # .ci/run calls exactly this. Needs root (apt, network namespaces).
 #
@@ -107,21 +107,28 @@ echo "tests marked alone: $((SECONDS - t)) s"
 # 3. Three sessions side by side, on parts of the cluster that never meet: a Slurm test alters
 # nodes (a head name resolving to loopback, a link cut, an sshd stopped) and preempts with
 # `-p high --exclusive`, all on node1..node4 (partitions debug and high); the e2e tier's jobs run
-# in partition side and the ssh tier's hosts are the same side nodes (node5..node7), which
-# share nothing with the Slurm tier but slurmctld (tests/cluster/up.sh).
+# in partition side and the ssh tier's hosts are the same side nodes (node5..node7); session B's
+# Slurm files run in partition side2 (node8..node9). They share nothing but slurmctld
+# (tests/cluster/up.sh).
 #     session A: tests/slurm (but the files below)
-#     session B: tests/local
-#     session C: tests/e2e, then tests/ssh, then the files below: Slurm tests that name no node
-#                and alter none, their jobs sent to the side nodes by Slurm's own SBATCH_PARTITION
-#                (it overrides the job script's #SBATCH --partition), so that the Slurm tier's
-#                serial chain ends with the other sessions
+#     session B: tests/local, then side2_files in partition side2
+#     session C: tests/e2e, then tests/ssh, then side_files in partition side
+# The files moved off session A are Slurm tests that name no node of node1..node4 (their node
+# faults, if any, land on the job's own nodes), their jobs sent to their partition by Slurm's own
+# SBATCH_PARTITION (it overrides the job script's #SBATCH --partition): so
+# that the Slurm tier's serial chain ends with the other sessions.
 side_files=(tests/slurm/test_containers.py tests/slurm/test_notify.py tests/slurm/test_chains.py
     tests/slurm/test_operate.py)
+side2_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tests/slurm/test_notebook.py)
 t=$SECONDS
 (
     pytest_session local tests/local && rc=0 || rc=$?
     echo "tests/local: $((SECONDS - t)) s"
-    exit "${rc}"
+    t_side2=$SECONDS
+    SBATCH_PARTITION=side2 pytest_session slurm-side2 "${side2_files[@]}" &&
+        rc_side2=0 || rc_side2=$?
+    echo "${side2_files[*]}: $((SECONDS - t_side2)) s (partition side2, after tests/local)"
+    exit $((rc || rc_side2))
 ) >"${logs}/b.out" 2>&1 &
 b_pid=$!
 (
@@ -137,7 +144,8 @@ b_pid=$!
 ) >"${logs}/c.out" 2>&1 &
 c_pid=$!
 session_pids="${b_pid} ${c_pid}"
-pytest_session slurm -m "not alone" "${side_files[@]/#/--ignore=}" tests/slurm && rc_slurm=0 || rc_slurm=$?
+pytest_session slurm -m "not alone" "${side_files[@]/#/--ignore=}" "${side2_files[@]/#/--ignore=}" tests/slurm &&
+    rc_slurm=0 || rc_slurm=$?
 echo "tests/slurm: $((SECONDS - t)) s"
 wait "${b_pid}" && rc_b=0 || rc_b=$?
 echo "----- tests/local (the second session)"

@@ -47,7 +47,7 @@ def preempt(job_id: str, signal: str = "USR2") -> None:
 
 # The partition that preempts each of the test cluster's (tests/cluster/up.sh): same nodes,
 # higher PriorityTier.
-HIGHER = {"debug": "high", "side": "sidehigh"}
+HIGHER = {"debug": "high", "side": "sidehigh", "side2": "side2high"}
 # A job sent to the side nodes (node5..node7): the e2e tier runs there, beside tests/slurm,
 # whose preemptions and node faults stay on node1..node4 (scripts/test-all.sh).
 SIDE = ("--set", "resources.partition=side")
