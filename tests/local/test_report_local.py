@@ -94,7 +94,7 @@ def test_report_matches_the_streamed_samples(cli, tmp_path, monkeypatch):
 def test_idle_gpus_stop_the_run_with_its_save(cli, tmp_path, monkeypatch):
     _env(monkeypatch, tmp_path, "1,4,0,2")
     run_dir = _submit(cli, "args=[--updates,2000,--save-interval,1000,--sleep,0.2,--num-envs,8,--steps,16]",
-                      "idle_gpus.below=5", "idle_gpus.for=3")
+                      "idle_gpus.below=5", "idle_gpus.for=3", "resources.procs_per_node=1")
     st = _done(cli, run_dir.name, timeout=240)
     assert st["state"]["state"] == "STOPPED" and st["state"]["exit_code"] == 143, st
     stopped = json.loads((run_dir / "status" / "stopped.json").read_text())
