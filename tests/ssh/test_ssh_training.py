@@ -65,6 +65,7 @@ def test_ddp_check_same_rendezvous_bootstrap_and_run_directory(cli, lab):
     proc = cli("submit", "examples/ddp_check.yaml", "--site", lab, "--set",
                f"python={sys.executable}", "--wait", env=stale, timeout=600)
     job_id, run_dir = submitted(proc.stdout)
+    assert f"{job_id}: COMPLETED" in proc.stdout, proc.stdout  # what --wait shows at the end
     assert job_id.startswith("node5:")  # the batch shell's pid on the head
     log = job_log(run_dir)
     results = read_results(run_dir)
