@@ -29,7 +29,13 @@ bash scripts/install-system-deps.sh >"${logs}/apt.log" 2>&1 &
 apt_pid=$!
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
 # torch is pinned by constraints.txt: any other version would pull GBs of CUDA packages.
-.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,rl,jax,watch,docs]'
+# --no-compile: pip would byte-compile every module it installs (~45 core-seconds, one core,
+# before anything else could start); compileall does the same beside the unit tier below.
+.venv/bin/pip install -q --disable-pip-version-check --no-compile -c constraints.txt \
+    -e '.[test,rl,jax,watch,docs]'
+.venv/bin/python -m compileall -q "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    >"${logs}/compile.log" 2>&1 &
+compile_pid=$!
 if ! wait "${apt_pid}"; then
     cat "${logs}/apt.log" >&2
     echo "test-all: the system packages did not install" >&2
@@ -61,8 +67,26 @@ for seconds, name in sorted(cases, reverse=True)[:15]:
 EOF
 }
 
+# One session at a time on this machine's cluster (the tests' fixture takes the same lock and
+# sees it held by this shell): nobody else's up.sh/down.sh restarts it under these tests.
+exec 9>/run/hpctrain-cluster.lock
+flock -w 3600 9 || { echo "test-all: the local cluster is busy (lock /run/hpctrain-cluster.lock)" >&2; exit 1; }
+session_pids=
+up_pid=
+cleanup() {
+    # shellcheck disable=SC2086  # a list of pids
+    if [[ -n ${session_pids} ]]; then kill ${session_pids} 2>/dev/null || true; fi
+    if [[ -n ${up_pid} ]]; then wait "${up_pid}" 2>/dev/null || true; fi
+    # The cluster is ours (tests/cluster/down.sh ends only what up.sh started).
+    bash tests/cluster/down.sh
+}
+trap cleanup EXIT
+# The cluster starts beside the unit tier, which needs none of it.
+bash tests/cluster/up.sh >"${logs}/up.log" 2>&1 &
+up_pid=$!
+
 if (($# == 0)); then
-    # 1. The fast tier, alone: it needs neither the cluster nor DI-engine.
+    # 1. The fast tier first: it needs neither the cluster nor DI-engine.
     t=$SECONDS
     pytest_session unit tests/unit || { echo "test-all: the unit tier failed (cluster tiers not run)" >&2; exit 1; }
     echo "tests/unit: $((SECONDS - t)) s"
@@ -73,21 +97,18 @@ if ! wait "${ding_pid}"; then
     echo "test-all: DI-engine's venv did not install" >&2
     exit 1
 fi
+# (compileall's status is not the suite's: a package may ship files no Python compiles, which
+# pip's own compile step would have skipped as well)
+wait "${compile_pid}" || true
 echo "install (all): done $((SECONDS - start)) s after the start"
-
-# One session at a time on this machine's cluster (the tests' fixture takes the same lock and
-# sees it held by this shell): nobody else's up.sh/down.sh restarts it under these tests.
-exec 9>/run/hpctrain-cluster.lock
-flock -w 3600 9 || { echo "test-all: the local cluster is busy (lock /run/hpctrain-cluster.lock)" >&2; exit 1; }
-session_pids=
-cleanup() {
-    # shellcheck disable=SC2086  # a list of pids
-    if [[ -n ${session_pids} ]]; then kill ${session_pids} 2>/dev/null || true; fi
-    # The cluster is ours (tests/cluster/down.sh ends only what up.sh started).
-    bash tests/cluster/down.sh
-}
-trap cleanup EXIT
-bash tests/cluster/up.sh
+if ! wait "${up_pid}"; then
+    up_pid=
+    cat "${logs}/up.log" >&2
+    echo "test-all: the local cluster did not start" >&2
+    exit 1
+fi
+up_pid=
+cat "${logs}/up.log"
 
 if (($# > 0)); then
     pytest_session selected "$@" && rc=0 || rc=$?
@@ -117,9 +138,9 @@ echo "tests marked alone: $((SECONDS - t)) s"
 # faults, if any, land on the job's own nodes), their jobs sent to their partition by Slurm's own
 # SBATCH_PARTITION (it overrides the job script's #SBATCH --partition): so
 # that the Slurm tier's serial chain ends with the other sessions.
-side_files=(tests/slurm/test_containers.py tests/slurm/test_notify.py tests/slurm/test_chains.py
-    tests/slurm/test_operate.py)
-side2_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tests/slurm/test_notebook.py)
+side_files=(tests/slurm/test_containers.py tests/slurm/test_operate.py)
+side2_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tests/slurm/test_notebook.py
+    tests/slurm/test_notify.py tests/slurm/test_chains.py)
 t=$SECONDS
 (
     pytest_session local tests/local && rc=0 || rc=$?
