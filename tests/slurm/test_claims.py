@@ -54,7 +54,7 @@ def test_a_run_that_cannot_be_recorded_is_never_queued(cli, cluster, tmp_path):
 def test_one_array_task_is_preempted_and_requeued_alone(cli, cluster, tmp_path):
     job = "examples/resumable_train.yaml"
     proc = cli("submit", job, "--site", cluster, "--set", f"python={sys.executable}",
-               "--set", "resources.nodes=1", "--set", "resources.procs_per_node=2",
+               "--set", "resources.nodes=1", "--set", "resources.procs_per_node=1",
                "--set", "args=[--iterations,20,--sleep,0.5,--save-every,5]",
                "--set", "sweep={seeds: [1, 2], parallel: 2}")
     job_id, run_dir = submitted(proc.stdout)

@@ -44,7 +44,10 @@ def test_two_nodes_two_ranks_allreduce(cli, cluster):
     assert f"rendezvous: {first}:" in log
 
 
-def test_failed_sbatch_leaves_nothing_behind(cli, cluster, tmp_path):
+def test_failed_sbatch_leaves_nothing_behind(cli, cluster, tmp_path, monkeypatch):
+    # The job's own partition reaches sbatch only where no SBATCH_PARTITION overrides it (as
+    # scripts/test-all.sh sets for the sessions beside the Slurm tier).
+    monkeypatch.delenv("SBATCH_PARTITION", raising=False)
     proc = cli("submit", "examples/ddp_check.yaml", "--site", cluster,
                "--set", "resources.partition=nosuchpartition", check=False)
     assert proc.returncode == 2, proc.stderr

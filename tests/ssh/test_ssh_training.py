@@ -24,6 +24,11 @@ LIBRARIES = {  # job file -> the checkpoint glob its adapter declares for resume
 }
 
 
+# rsl-rl on 2 hosts x 2 ranks (ranks sharing a host, one torchrun each); skrl_jax on 2 x 1: its
+# tasks launcher starts 2 per node in tests/local, and each JAX rank here is ~15 core-seconds.
+SHAPE = {"rsl_rl": 2, "skrl_jax": 1}
+
+
 @pytest.mark.parametrize("library", list(LIBRARIES))
 def test_library_trains_on_two_hosts(library, cli, lab):
     job_file, pattern = LIBRARIES[library]
@@ -32,18 +37,19 @@ def test_library_trains_on_two_hosts(library, cli, lab):
     # the job's env (tests/conftest.py jax_cache_env).
     cache = [w for k, v in jax_cache_env().items() for w in ("--set", f"env.{k}={v}")]
     proc = cli("submit", job_file, "--site", lab, "--set", f"python={sys.executable}", "--wait",
+               "--set", f"resources.procs_per_node={SHAPE[library]}",
                *(cache if library == "skrl_jax" else []), check=False, timeout=900)
     job_id, run_dir = submitted(proc.stdout)
     log = job_log(run_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr + log[-4000:]
     results = read_results(run_dir)
-    check_trained(results, log, world=4, hosts=2)
+    check_trained(results, log, world=2 * SHAPE[library], hosts=2)
     assert {r.get("hostname") or r.get("host") for r in results} == {"node5", "node6"}
     assert all(r["library"] == library for r in results)
     assert sorted(run_dir.glob(pattern)), f"no checkpoint matching {pattern} in {run_dir}"
     assert [r["rank"] for r in results if r["checkpoint"]] == [0]
     assert leftovers(run_dir) == {"node5": [], "node6": []}
-    print(f"{library}: 2x2 over ssh, job {job_id}, end to end {time.monotonic() - t0:.1f} s")
+    print(f"{library}: 2x{SHAPE[library]} over ssh, job {job_id}, end to end {time.monotonic() - t0:.1f} s")
 
 
 def test_cartpole_ppo_on_two_hosts(cli, lab):
