@@ -136,8 +136,8 @@ echo "tests marked alone: $((SECONDS - t)) s"
 #     session C: tests/e2e, then tests/ssh, then side_files in partition side
 # The files moved off session A are Slurm tests that name no node of node1..node4 (their node
 # faults, if any, land on the job's own nodes), their jobs sent to their partition by Slurm's own
-# SBATCH_PARTITION (it overrides the job script's #SBATCH --partition): so
-# that the Slurm tier's serial chain ends with the other sessions.
+# SBATCH_PARTITION (it overrides the job script's #SBATCH --partition), so that the Slurm
+# tier's serial chain ends with the other sessions.
 side_files=(tests/slurm/test_containers.py tests/slurm/test_operate.py tests/slurm/test_lmod_cluster.py
     tests/slurm/test_multinode.py)
 side2_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tests/slurm/test_notebook.py

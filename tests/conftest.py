@@ -25,31 +25,30 @@ TIERS = {
 }
 
 
-JAX_CACHE: dict[str, str] = {}  # set once per session, by pytest_configure
-
-
 def jax_cache_env() -> dict[str, str]:
     """A persistent XLA compilation cache for the suite's JAX ranks (skrl_jax), which all compile
     the same small PPO graphs: cold, the compile is two thirds of such a rank's CPU (15 core-s
     of which 5 remain with the cache). Private to this user; a size limit turns on JAX's file
-    lock, as the concurrent sessions of scripts/test-all.sh share it. Jobs get it from the
-    environment (local runs, sbatch's --export=ALL); an ssh job needs it in its env:. Fixed at
-    the session's start: a test's `home` points XDG_CACHE_HOME at its own directory."""
-    return dict(JAX_CACHE)
+    lock, as the concurrent sessions of scripts/test-all.sh share it. Set once, at the session's
+    start (a test's `home` points XDG_CACHE_HOME at its own directory): jobs get it from the
+    environment (local runs, sbatch's --export=ALL); an ssh job needs it in its env:."""
+    return {k: v for k, v in os.environ.items() if k.startswith(("JAX_COMPILATION_CACHE_",
+                                                                 "JAX_PERSISTENT_CACHE_"))}
 
 
-def _jax_cache_defaults() -> dict[str, str]:
+def _set_jax_cache() -> None:
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     path = base / "hpctrain-tests" / "jax-compile"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return {"JAX_COMPILATION_CACHE_DIR": str(path), "JAX_COMPILATION_CACHE_MAX_SIZE": str(2**30),
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    for key, value in {"JAX_COMPILATION_CACHE_DIR": str(path),
+                       "JAX_COMPILATION_CACHE_MAX_SIZE": str(2**30),
+                       "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                       "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}.items():
+        os.environ.setdefault(key, value)
 
 
 def pytest_configure(config):
-    for key, value in _jax_cache_defaults().items():
-        JAX_CACHE[key] = os.environ.setdefault(key, value)
+    _set_jax_cache()
     for tier, what in TIERS.items():
         config.addinivalue_line("markers", f"{tier}: {what}")
     config.addinivalue_line("markers", "alone: needs the local cluster to itself (restarts or "
