@@ -321,15 +321,16 @@ read_secrets() {
 # machines share one process table, as the test cluster's do, a stop keeps to its own). The
 # patterns are regular expressions, so that the grep reading the process table never finds itself.
 run_processes() {
-  local re dirs=("$RUN_DIR") d pid why comm stat session net args=() i kind
+  local re dirs=("$RUN_DIR") d pid why comm stat session args=() i kind
   for d in "$RUN_DIR"/tasks/*/; do
     [[ -d $d ]] && dirs+=("${d%/}")
   done
   re=$(printf '%s\n' "${dirs[@]}" | sed 's/[][\.*^$+?(){}|]/\\&/g' | paste -sd '|' -)
-  stat=$(sed 's/^.*) //' "/proc/$$/stat")
-  read -r -a args <<<"$stat"
+  # (Below, each process is read with bash's own read and test, no command per process: a stop
+  # looks ten times a second, and forks for every process it looks at would be most of its cost.)
+  read -r stat <"/proc/$$/stat"
+  read -r -a args <<<"${stat##*) }"
   session=${args[3]}
-  net=$(readlink /proc/$$/ns/net)
   # Most telling first: a process found twice keeps its first reason (sort -s -u), so a rank or
   # torchrun, which also carries the step's environment, is known as one.
   {
@@ -338,11 +339,15 @@ run_processes() {
     grep -lzE -e "'($re)/job\.sh' 'step'" /proc/[0-9]*/cmdline 2>/dev/null | sed 's|^/proc/\([0-9]*\)/.*|\1 ssh|' || true
     grep -lzE -e "^HPCTRAIN_STEP_OF=($re)\$" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/\([0-9]*\)/.*|\1 env|' || true
   } | sort -s -u -k1,1n | while read -r pid why; do
-    stat=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
-    read -r -a args <<<"$stat"
+    # (the whole file: a name may hold a newline; the fields follow its last ") ")
+    stat=
+    { IFS= read -r -d '' stat <"/proc/$pid/stat" || true; } 2>/dev/null  # (status 1 at the end)
+    [[ -n $stat ]] || continue
+    read -r -a args <<<"${stat##*) }"
     [[ ${args[0]:-Z} != Z && ${args[3]:-} != "$session" ]] || continue
-    [[ $(readlink "/proc/$pid/ns/net" 2>/dev/null) == "$net" ]] || continue
-    comm=$(cat "/proc/$pid/comm" 2>/dev/null) || continue
+    # (-ef: the same namespace, as the links' targets are the namespaces' inodes)
+    [[ /proc/$pid/ns/net -ef /proc/$$/ns/net ]] || continue
+    { read -r comm <"/proc/$pid/comm"; } 2>/dev/null || continue
     kind="other"
     case $why in
       sh)
