@@ -337,11 +337,20 @@ setup_machines() {
         : >"${HOSTS_DIR}/node${i}"
     done
     sync_node_hosts $(seq 1 "${ALL}")
+    # A machine's root has a ~/.bashrc of its own, an empty one: sshd's bash reads it for every
+    # command, and this machine's (a developer's: pyenv's init alone forks ~75 processes,
+    # ~0.1 core-second) would run on each of the suite's thousands of ssh commands, and make
+    # the nodes' shells depend on whoever runs the tests.
+    printf '# root on a machine of the test cluster (tests/cluster/up.sh): no shell setup\n' \
+        >"${STATE_DIR}/root-bashrc"
+    # shellcheck disable=SC2016  # $1 expands in the inner shell
+    local own_bashrc='[ ! -e /root/.bashrc ] || mount --bind "$1" /root/.bashrc'
     for ((i = 1; i <= ALL; i++)); do
         # shellcheck disable=SC2016  # $1/$2 expand in the inner shell
-        create_machine "node${i}" 'hostname "$1"; mount --bind "$2" /etc/hosts' sh "node${i}" "${HOSTS_DIR}/node${i}"
+        create_machine "node${i}" "${own_bashrc}"'; hostname "$2"; mount --bind "$3" /etc/hosts' \
+            sh "${STATE_DIR}/root-bashrc" "node${i}" "${HOSTS_DIR}/node${i}"
     done
-    create_machine login 'hostname login'
+    create_machine login "${own_bashrc}; hostname login" sh "${STATE_DIR}/root-bashrc"
     render_laptop_ssh_config >"${STATE_DIR}/laptop/ssh_config"
     # shellcheck disable=SC2016
     create_machine laptop 'hostname laptop
