@@ -141,7 +141,7 @@ echo "tests marked alone: $((SECONDS - t)) s"
 side_files=(tests/slurm/test_containers.py tests/slurm/test_operate.py tests/slurm/test_lmod_cluster.py
     tests/slurm/test_multinode.py)
 side2_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tests/slurm/test_notebook.py
-    tests/slurm/test_notify.py tests/slurm/test_chains.py)
+    tests/slurm/test_notify.py tests/slurm/test_chains.py tests/slurm/test_report.py)
 t=$SECONDS
 (
     pytest_session local tests/local && rc=0 || rc=$?

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 
 from tests.conftest import ROOT, submitted, wait_for_job
 
 FAKES = ROOT / "tests" / "fakes"
-UTIL = {"node1": "12,87,40", "node2": "3,65,99,20"}
+STREAMS = ("12,87,40", "3,65,99,20")
 
 
 def _p10(values):
@@ -23,9 +24,14 @@ def _p10(values):
 
 
 def test_two_node_report_from_scontrol_and_each_nodes_stream(cli, cluster, tmp_path):
+    # Every node of the cluster gets a stream of its own (one of two, by turns): the job may run
+    # on any two nodes of its partition (scripts/test-all.sh sends this file to the side2 nodes).
+    every = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    util = {node: STREAMS[i % 2] for i, node in enumerate(sorted(set(every)))}
     setup = (f"export PATH={FAKES}:$PATH FAKE_SMI_GPUS=2 FAKE_SCONTROL_GPUS_PER_NODE=2 "
              f"FAKE_SMI_ECHO={tmp_path}/echo-{{node}}.csv FAKE_SMI_PIDS={tmp_path}/smi.pids "
-             + " ".join(f"FAKE_SMI_UTIL_{n}={u}" for n, u in UTIL.items()))
+             + " ".join(f"FAKE_SMI_UTIL_{n}={u}" for n, u in util.items()))
     proc = cli("submit", ROOT / "examples/rl/rsl_rl_pendulum.yaml", "--site", cluster,
                "--set", f"python={sys.executable}", "--set", "resources.nodes=2",
                "--set", "resources.procs_per_node=1", "--set", "sample_every=0.3",
@@ -38,7 +44,9 @@ def test_two_node_report_from_scontrol_and_each_nodes_stream(cli, cluster, tmp_p
 
     # One sampler per node, each with its own node's stream, tick for tick.
     files = {p.stem: p for p in (run_dir / "usage").glob("*.jsonl")}
-    assert set(files) == {"node1", "node2"}, (files, log[-3000:])
+    nodes = subprocess.run(["scontrol", "show", "hostnames", info["NodeList"]], capture_output=True,
+                           text=True, check=True).stdout.split()
+    assert len(nodes) == 2 and set(files) == set(nodes), (files, nodes, log[-3000:])
     lines = {n: [json.loads(x) for x in f.read_text().splitlines()] for n, f in files.items()}
     streamed = {}
     for node, recs in lines.items():
@@ -52,7 +60,7 @@ def test_two_node_report_from_scontrol_and_each_nodes_stream(cli, cluster, tmp_p
         streamed[node] = [echo[i:i + 2] for i in range(0, len(echo), 2)][:len(ticks)]
         for tick, rows in zip(ticks, streamed[node]):
             assert tick == [[int(r[0]), float(r[2]), float(r[3]), float(r[5])] for r in rows]
-        assert {r[2] for rows in streamed[node] for r in rows} <= set(UTIL[node].split(","))
+        assert {r[2] for rows in streamed[node] for r in rows} <= set(util[node].split(","))
 
     # The head's record of the attempt's allocation: scontrol's own TRES and counts.
     alloc = json.loads((run_dir / "status" / f"allocation-{job_id}-0.json").read_text())
@@ -82,7 +90,7 @@ def test_two_node_report_from_scontrol_and_each_nodes_stream(cli, cluster, tmp_p
     assert math.isclose(report["gpu_hours_used"], sum(means) / 100 * (end - start) / 3600)
     # Each rank (one per node) is reported with its node's GPU 0 (its local rank).
     for rank in report["ranks"]:
-        assert rank["gpu"] == 0 and rank["node"] in UTIL
+        assert rank["gpu"] == 0 and rank["node"] in util
     assert report["steps_per_s"] and report["lost_between_attempts_s"] == 0
     text = cli("report", run_dir.name, "--out", str(tmp_path)).stdout
     assert "allocated (scontrol)" in text and f"job {job_id}" in text and "x 4 GPU(s) [scontrol]" in text
