@@ -24,11 +24,12 @@ def _p10(values):
 
 
 def test_two_node_report_from_scontrol_and_each_nodes_stream(cli, cluster, tmp_path):
-    # Every node of the cluster gets a stream of its own (one of two, by turns): the job may run
-    # on any two nodes of its partition (scripts/test-all.sh sends this file to the side2 nodes).
+    # Every node of the cluster gets a stream of its own, one of two by its number's parity (so
+    # that neighbours differ): the job may run on any two nodes of its partition
+    # (scripts/test-all.sh sends this file to the side2 nodes).
     every = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True,
                            check=True).stdout.split()
-    util = {node: STREAMS[i % 2] for i, node in enumerate(sorted(set(every)))}
+    util = {node: STREAMS[int(node.removeprefix("node")) % 2] for node in set(every)}
     setup = (f"export PATH={FAKES}:$PATH FAKE_SMI_GPUS=2 FAKE_SCONTROL_GPUS_PER_NODE=2 "
              f"FAKE_SMI_ECHO={tmp_path}/echo-{{node}}.csv FAKE_SMI_PIDS={tmp_path}/smi.pids "
              + " ".join(f"FAKE_SMI_UTIL_{n}={u}" for n, u in util.items()))
