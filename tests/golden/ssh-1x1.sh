@@ -291,6 +291,16 @@ read_secrets() {
 }
 
 
+# The fields of /proc/PID/stat after the process's name, into the caller's FIELDS: read whole
+# with bash's own read (no command: a stop looks ten times a second at every process of the run),
+# as a name may hold ") " or a newline and the fields follow its last ") ". Status 1: PID is gone.
+stat_fields() {  # PID
+  local stat=
+  { IFS= read -r -d '' stat <"/proc/$1/stat" || true; } 2>/dev/null  # (read: status 1 at the end)
+  [[ -n $stat ]] || return 1
+  read -r -a FIELDS <<<"${stat##*) }"
+}
+
 # Every process of this run on this host, one "PID KIND" a line (KIND batch: a batch shell;
 # agent: torchrun, started through the rank side; rank: a rank):
 # what a step started (HPCTRAIN_STEP_OF in its environment: setup lines, torchrun, the ranks and
@@ -300,16 +310,13 @@ read_secrets() {
 # machines share one process table, as the test cluster's do, a stop keeps to its own). The
 # patterns are regular expressions, so that the grep reading the process table never finds itself.
 run_processes() {
-  local re dirs=("$RUN_DIR") d pid why comm stat session args=() i kind
+  local re dirs=("$RUN_DIR") d pid why comm session FIELDS=() args=() i kind
   for d in "$RUN_DIR"/tasks/*/; do
     [[ -d $d ]] && dirs+=("${d%/}")
   done
   re=$(printf '%s\n' "${dirs[@]}" | sed 's/[][\.*^$+?(){}|]/\\&/g' | paste -sd '|' -)
-  # (Below, each process is read with bash's own read and test, no command per process: a stop
-  # looks ten times a second, and forks for every process it looks at would be most of its cost.)
-  read -r stat <"/proc/$$/stat"
-  read -r -a args <<<"${stat##*) }"
-  session=${args[3]}
+  stat_fields $$
+  session=${FIELDS[3]}
   # Most telling first: a process found twice keeps its first reason (sort -s -u), so a rank or
   # torchrun, which also carries the step's environment, is known as one.
   {
@@ -318,13 +325,9 @@ run_processes() {
     grep -lzE -e "'($re)/job\.sh' 'step'" /proc/[0-9]*/cmdline 2>/dev/null | sed 's|^/proc/\([0-9]*\)/.*|\1 ssh|' || true
     grep -lzE -e "^HPCTRAIN_STEP_OF=($re)\$" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/\([0-9]*\)/.*|\1 env|' || true
   } | sort -s -u -k1,1n | while read -r pid why; do
-    # (the whole file: a name may hold a newline; the fields follow its last ") ")
-    stat=
-    { IFS= read -r -d '' stat <"/proc/$pid/stat" || true; } 2>/dev/null  # (status 1 at the end)
-    [[ -n $stat ]] || continue
-    read -r -a args <<<"${stat##*) }"
-    [[ ${args[0]:-Z} != Z && ${args[3]:-} != "$session" ]] || continue
-    # (-ef: the same namespace, as the links' targets are the namespaces' inodes)
+    stat_fields "$pid" || continue
+    [[ ${FIELDS[0]:-Z} != Z && ${FIELDS[3]:-} != "$session" ]] || continue
+    # (-ef, not a command: the same namespace, as the links' targets are the namespaces' inodes)
     [[ /proc/$pid/ns/net -ef /proc/$$/ns/net ]] || continue
     { read -r comm <"/proc/$pid/comm"; } 2>/dev/null || continue
     kind="other"
@@ -407,10 +410,9 @@ stop_run() {  # [GRACE]
 detach() {
   rm -f "$RUN_DIR/status/pid" "$RUN_DIR/status/exit_code"
   setsid bash "$RUN_DIR/job.sh" </dev/null >>"$RUN_DIR/logs/job.out" 2>&1 &
-  local pid=$! stat fields=()
-  stat=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || stat=
-  read -r -a fields <<<"$stat"
-  echo "hpctrain start: pid=$pid start=${fields[19]:-}"
+  local pid=$! FIELDS=()
+  stat_fields "$pid" || true
+  echo "hpctrain start: pid=$pid start=${FIELDS[19]:-}"
 }
 
 # --- modes (ssh) ----------------------------------------------------------------------------
