@@ -1,7 +1,7 @@
 """Issue 29 on the real local Slurm cluster: each node's health gate in the launch step. The
 nodes run the stand-in nvidia-smi (tests/fakes: the real H100 rows, four GPUs a node, faults
-written into the same fields); the test site asks for no GPUs from Slurm (its nodes have none)
-while the job plans four a node. One node of the first allocation reports an uncorrected ECC
+written into the same fields); the job asks Slurm for four GPUs a node, the nodes' count-only
+GRES (tests/cluster/up.sh). One node of the first allocation reports an uncorrected ECC
 error on one GPU: its gate names it, the batch shell requeues the job without it (ExcNodeList),
 and the job completes on two healthy nodes; `status` names the node, the GPU and the reason.
 The same job shows each attempt's time to first step, and names its rank 1, which runs at half
@@ -25,17 +25,6 @@ def _hostnames(nodelist: str) -> list[str]:
                           text=True, check=True).stdout.split()
 
 
-def _gpu_site(tmp_path) -> str:
-    """localcluster as a site whose nodes have four GPUs that Slurm does not schedule."""
-    site = (ROOT / "site_configs" / "localcluster.yaml").read_text()
-    site = site.replace("name: localcluster", "name: fakegpus")
-    site = site.replace("max_gpus_per_node: 0", "max_gpus_per_node: 4")
-    site += "sbatch_skip: [gpus-per-node]\n"
-    path = tmp_path / "fakegpus.yaml"
-    path.write_text(site)
-    return str(path)
-
-
 def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, cluster, tmp_path):
     bad = tmp_path / "bad-node"
     # The first allocation's second node gets the fault, and keeps it on every attempt.
@@ -48,7 +37,7 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
         "args": ["--seconds", 3, "--report", "--slow-rank", 1], "setup": setup,
         "health": {"slow_rank_window": 2},
         "resources": {"nodes": 2, "gpus_per_node": 4, "procs_per_node": 1}}))
-    job_id, run_dir = submitted(cli("submit", job, "--site", _gpu_site(tmp_path), cwd=ROOT).stdout)
+    job_id, run_dir = submitted(cli("submit", job, "--site", cluster, cwd=ROOT).stdout)
     info = wait_for_job(job_id, timeout=240)
     log = "".join(p.read_text() for p in (run_dir / "logs").glob("slurm-*.out"))
     assert info["JobState"] == "COMPLETED", log[-4000:]
