@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 from tests.conftest import ROOT, submitted, wait_for_job
 from tests.slurm.survive import wait_until
@@ -25,10 +26,30 @@ def _hostnames(nodelist: str) -> list[str]:
                           text=True, check=True).stdout.split()
 
 
+def _warned_during_gate(tmp_path, bad) -> Path:
+    """A directory with an nvidia-smi that, on the bad node of the first attempt, has the batch
+    shell get the time-limit warning (the job's USR2, as Slurm sends it) while the node's health
+    gate runs, then answers as the stand-in does: a signal that comes while a node fails."""
+    smi = tmp_path / "smi"
+    smi.mkdir()
+    (smi / "nvidia-smi").write_text(f"""#!/bin/bash
+if [[ $SLURMD_NODENAME == "$(cat {bad})" && -z ${{SLURM_RESTART_COUNT:-}} && ! -e {smi}/warned ]]; then
+  : >{smi}/warned
+  scancel --batch --signal=USR2 "$SLURM_JOB_ID" && sleep 3
+fi
+exec {FAKES}/nvidia-smi "$@"
+""")
+    (smi / "nvidia-smi").chmod(0o755)
+    return smi
+
+
 def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, cluster, tmp_path):
+    """...and the node's failure wins over a signal that came meanwhile (issue 40, item 1):
+    the time-limit warning reaches the batch shell while the bad node's gate runs; the
+    requeue still leaves that node out, and nothing calls it a preemption."""
     bad = tmp_path / "bad-node"
     # The first allocation's second node gets the fault, and keeps it on every attempt.
-    setup = [f"export PATH={FAKES}:$PATH FAKE_SMI_GPUS=4",
+    setup = [f"export PATH={_warned_during_gate(tmp_path, bad)}:{FAKES}:$PATH FAKE_SMI_GPUS=4",
              f"[[ -s {bad} ]] || scontrol show hostnames \"$SLURM_JOB_NODELIST\" | tail -1 > {bad}",
              f"export FAKE_SMI_FAULT_$(cat {bad})=ecc:2:3"]
     job = tmp_path / "health.yaml"
@@ -50,6 +71,8 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
     assert f"hpctrain: failure: preflight failed: {why}" in log, log[-4000:]
     assert re.search(rf"recovery: preflight failure, excluding {victim}: requeueing job {job_id} "
                      rf"without {victim}", log), log[-4000:]
+    assert "preemption: SIGUSR2 received; forwarded to the ranks" in log, log[-4000:]
+    assert not re.search(r"preemption: .*requeueing", log), log[-4000:]
     # Every healthy node said so, with the real fixture's driver.
     assert re.search(r"hpctrain preflight: node\d: health gate passed: 4 GPU\(s\), driver "
                      r"580\.159\.04", log), log[-4000:]
@@ -76,6 +99,34 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
     assert re.search(r"^startup   first step [0-9.]+ s after start \(attempt 2\): setup [0-9.]+, "
                      r"imports [0-9.]+, (health [0-9.]+, )?rendezvous [0-9.]+, library [0-9.]+$",
                      status, re.M), status
+
+
+def test_a_bad_node_no_other_node_can_replace_ends_the_job_at_once(cli, cluster, tmp_path):
+    """Issue 40, item 1: the job may use only node1 and node2 (sbatch exclude: the rest of the
+    partition), node2 fails its gate: no requeue (it could only wait for ever, or run on node2
+    again), the job fails at once naming the node and the fault."""
+    others = [n for n in _hostnames(subprocess.run(
+        ["sinfo", "-h", "-p", "debug", "-o", "%N"], capture_output=True, text=True,
+        check=True).stdout.strip()) if n not in ("node1", "node2")]
+    job = tmp_path / "nospare.yaml"
+    job.write_text(json.dumps({
+        "name": "nospare", "python": sys.executable, "script": "tests/programs/worker.py",
+        "setup": [f"export PATH={FAKES}:$PATH FAKE_SMI_GPUS=4 FAKE_SMI_FAULT_node2=ecc:1:2"],
+        "sbatch": {"exclude": ",".join(others)},
+        "resources": {"nodes": 2, "gpus_per_node": 4, "procs_per_node": 1}}))
+    job_id, run_dir = submitted(cli("submit", job, "--site", cluster, cwd=ROOT).stdout)
+    info = wait_for_job(job_id, timeout=120)
+    log = "".join(p.read_text() for p in (run_dir / "logs").glob("slurm-*.out"))
+    assert info["JobState"] == "FAILED" and info["Restarts"] == "0", (info, log[-3000:])
+    why = "node2 failed the health gate: GPU 1 (00000000:00:07.0, "
+    left = ",".join(sorted(["node2", *others]))
+    assert ("recovery: not requeueing after the preflight failure, excluding node2: no node can "
+            "take the place of node2: partition debug has 1 usable node(s) besides those left "
+            f"out ({left}), the job needs 2") in log, log[-3000:]
+    assert re.search(rf"error: preflight failed \(status \d+\): {re.escape(why)}", log), log[-3000:]
+    failure = json.loads((run_dir / "status" / "failure.json").read_text())
+    assert failure["reason"] == "preflight" and failure["nodes"] == ["node2"], failure
+    assert "2 uncorrected volatile ECC error(s)" in failure["message"], failure
 
 
 @contextmanager
