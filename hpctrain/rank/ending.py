@@ -164,11 +164,13 @@ def stopped(run_dir: str, sig: str, status: int, started: float = 0.0) -> int:
     return 0
 
 
+FAILED_NOTES = "preflight-failed-*.txt"  # rank/preflight.py's notes (FAILED_PREFIX) of a failed check
+
+
 def node_failed(run_dir: str) -> bool:
-    """Whether a node of this attempt failed its check (rank/preflight.py's
-    status/preflight-failed-NODE.txt, which the batch shell clears at each launch)."""
-    from .preflight import FAILED_PREFIX
-    return bool(glob.glob(os.path.join(glob.escape(run_dir), "status", FAILED_PREFIX + "*.txt")))
+    """Whether a node of this attempt failed its check (status/preflight-failed-NODE.txt, which
+    the batch shell clears at each launch)."""
+    return bool(glob.glob(os.path.join(glob.escape(run_dir), "status", FAILED_NOTES)))
 
 
 # ----------------------------------------------------------------------------- leftover ranks

@@ -254,6 +254,14 @@ class Health(_Strict):
     timeout: Annotated[Seconds, Meta(description=(
             "seconds one nvidia-smi query may take before the node counts as "
             "unhealthy"))] = 30
+    require_nvidia_smi: Annotated[bool, Meta(description=(
+            "a job that asks for GPUs fails a node whose nvidia-smi is missing or answers "
+            "without a field the gate reads; false: such a node passes unchecked, with a "
+            "note (a site without NVIDIA's tools)"))] = True
+    cuda: Annotated[bool, Meta(description=(
+            "each of the job's GPUs takes a tiny CUDA allocation (torch, in the job's "
+            "interpreter) before training; skipped with a note where torch is not "
+            "importable, and where the ranks run on CPU (cpu_mode: on)"))] = True
     dcgm_diag: Annotated[bool, Meta(description=(
             "also run DCGM's quick diagnostic (dcgmi diag -r 1) on each node where dcgmi "
             "is installed; a test it fails fails the node"))] = False

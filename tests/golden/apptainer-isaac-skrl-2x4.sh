@@ -206,7 +206,7 @@ ranks_signalled() {
 }
 
 # A node failed its check (rank/preflight.py writes status/preflight-failed-NODE.txt): the job
-# failed there, whatever signals the step's teardown (srun's kill-on-bad-exit) sent the others.
+# failed there, whatever signals the launch's teardown sent the other nodes' processes.
 node_failed() {
   compgen -G "$RUN_DIR/status/preflight-failed-*.txt" >/dev/null
 }
@@ -348,7 +348,7 @@ fi
 SLOW=$(python3 "$RUN_DIR/rank" slow "$RUN_DIR" 2 2>&1) || true
 while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 if (( STATUS != 0 )) && node_failed; then
-  # A node failed its check; srun's kill-on-bad-exit then signalled the other nodes' processes.
+  # A node failed its check; the launch's teardown then signalled the other nodes' processes.
   # Their stop notes, or a signal meanwhile, did not end the job: the node's failure (below)
   # did, and a requeue leaves that node out. Only a cancel or the time limit goes first.
   VIEW=$(job_view)

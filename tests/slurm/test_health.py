@@ -101,32 +101,49 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
                      status, re.M), status
 
 
-def test_a_bad_node_no_other_node_can_replace_ends_the_job_at_once(cli, cluster, tmp_path):
-    """Issue 40, item 1: the job may use only node1 and node2 (sbatch exclude: the rest of the
-    partition), node2 fails its gate: no requeue (it could only wait for ever, or run on node2
-    again), the job fails at once naming the node and the fault."""
+def test_bad_nodes_no_other_node_can_replace_end_the_job_at_once(cli, cluster, tmp_path):
+    """Issue 40, items 1 and 5: a 3-node job that may use only node1..node3 (sbatch exclude: the
+    rest of the partition), each failing its gate its own way: node1's GPUs are not usable by
+    CUDA (the real probe, with the job's CPU-only torch: the site here lets it run, cpu_mode
+    auto), node2 has an ECC error, node3's nvidia-smi does not know a field the gate reads
+    (fail closed). Nothing can replace them: no requeue (it could only wait for ever), the job
+    fails at once naming each node and its fault."""
     others = [n for n in _hostnames(subprocess.run(
         ["sinfo", "-h", "-p", "debug", "-o", "%N"], capture_output=True, text=True,
-        check=True).stdout.strip()) if n not in ("node1", "node2")]
+        check=True).stdout.strip()) if n not in ("node1", "node2", "node3")]
+    site = tmp_path / "cudasite.yaml"
+    site.write_text((ROOT / "site_configs" / "localcluster.yaml").read_text()
+                    .replace("name: localcluster", "name: cudasite")
+                    .replace('cpu_mode: "on"', "cpu_mode: auto"))
     job = tmp_path / "nospare.yaml"
     job.write_text(json.dumps({
         "name": "nospare", "python": sys.executable, "script": "tests/programs/worker.py",
-        "setup": [f"export PATH={FAKES}:$PATH FAKE_SMI_GPUS=4 FAKE_SMI_FAULT_node2=ecc:1:2"],
-        "sbatch": {"exclude": ",".join(others)},
-        "resources": {"nodes": 2, "gpus_per_node": 4, "procs_per_node": 1}}))
-    job_id, run_dir = submitted(cli("submit", job, "--site", cluster, cwd=ROOT).stdout)
+        "setup": [f"export PATH={FAKES}:$PATH FAKE_SMI_GPUS=4 FAKE_SMI_FAULT_node2=ecc:1:2 "
+                  "FAKE_SMI_FAULT_node3=unknown:retired_pages.pending"],
+        "sbatch": {"exclude": ",".join(others)}, "preemption": {"max_excluded_nodes": 3},
+        "resources": {"nodes": 3, "gpus_per_node": 4, "procs_per_node": 1}}))
+    job_id, run_dir = submitted(cli("submit", job, "--site", site, cwd=ROOT).stdout)
     info = wait_for_job(job_id, timeout=120)
     log = "".join(p.read_text() for p in (run_dir / "logs").glob("slurm-*.out"))
     assert info["JobState"] == "FAILED" and info["Restarts"] == "0", (info, log[-3000:])
-    why = "node2 failed the health gate: GPU 1 (00000000:00:07.0, "
-    left = ",".join(sorted(["node2", *others]))
-    assert ("recovery: not requeueing after the preflight failure, excluding node2: no node can "
-            "take the place of node2: partition debug has 1 usable node(s) besides those left "
-            f"out ({left}), the job needs 2") in log, log[-3000:]
-    assert re.search(rf"error: preflight failed \(status \d+\): {re.escape(why)}", log), log[-3000:]
+    why = ["node1 failed the health gate: CUDA cannot use the GPUs nvidia-smi lists: torch sees 0 "
+           "CUDA device(s) of the 4 the job uses (torch.cuda.is_available() is False)",
+           "node2 failed the health gate: GPU 1 (00000000:00:07.0, GPU-c1f2461c-ed11-f4b9-2868-"
+           "865409eb3d01): 2 uncorrected volatile ECC error(s)",
+           'node3 failed the health gate: nvidia-smi answered without a field the gate reads '
+           '(Field "retired_pages.pending" is not a valid field to query.): the job asks for 4 '
+           "GPU(s) a node and the health gate cannot check them (a site whose nodes have no "
+           "nvidia-smi sets health.require_nvidia_smi: false)"]
+    for line in why:
+        assert f"hpctrain preflight: {line}" in log, log[-3000:]
+    left = ",".join(sorted(["node1", "node2", "node3", *others]))
+    assert ("recovery: not requeueing after the preflight failure, excluding node1, node2, node3: "
+            "no node can take the place of node1,node2,node3: partition debug has 0 usable "
+            f"node(s) besides those left out ({left}), the job needs 3") in log, log[-3000:]
+    assert "requeueing job" not in log and "preemption:" not in log, log[-3000:]
     failure = json.loads((run_dir / "status" / "failure.json").read_text())
-    assert failure["reason"] == "preflight" and failure["nodes"] == ["node2"], failure
-    assert "2 uncorrected volatile ECC error(s)" in failure["message"], failure
+    assert failure["reason"] == "preflight" and failure["nodes"] == ["node1", "node2", "node3"]
+    assert all(line in failure["message"] for line in why), failure
 
 
 @contextmanager
