@@ -140,7 +140,9 @@ def checked_far(far, where: str) -> dict:
         if not isinstance(far, dict):
             raise ValueError(f"{where}' is not a mapping")
         openssh.checked_host(far.get("login"), f"{where}.login'")
-        openssh.checked_words(far.get("ssh"), f"{where}.ssh'")
+        # Exactly what ssh_words writes, from options a site profile may give: never a program
+        # run here, a forwarding, another host or a weaker host-key check.
+        far = dict(far, ssh=openssh.checked_words(far.get("ssh"), f"{where}.ssh'"))
         openssh.checked_timeout(far.get("connect_timeout"), f"{where}.connect_timeout'")
         path = far.get("path")
         if not (isinstance(path, str) and path.startswith("/") and len(path) <= 4096
