@@ -391,15 +391,21 @@ class SshOptions(_Strict):
             "ssh -l; null: ssh's own choice (~/.ssh/config, then the local user)"))] = None
     port: Annotated[Annotated[int, Meta(ge=1, le=65535)] | None, Meta(description="ssh -p")] = None
     identity: Annotated[str | None, Meta(description="IdentityFile, with IdentitiesOnly")] = None
-    known_hosts: Annotated[str | None, Meta(description="UserKnownHostsFile")] = None
+    known_hosts: Annotated[str | None, Meta(description=(
+            "UserKnownHostsFile; its name holds known_hosts (ssh adds the keys it accepts to "
+            "it)"))] = None
     host_key: Annotated[Literal["strict", "accept-new", "ignore"], Meta(description=(
             "StrictHostKeyChecking: strict (only known keys), accept-new "
             "(remember a first key, refuse a changed one), ignore"))] = "strict"
     connect_timeout: Annotated[Seconds, Meta(description=(
             "seconds before a host that does not answer is named"))] = 10
     options: Annotated[list[str], Meta(description=(
-            "more ssh options, Key=value each (as after ssh -o); those that run "
-            "programs belong in ~/.ssh/config"))] = []
+            "more ssh options, Key=value each (as after ssh -o), only these: "
+            "ServerAliveInterval, ServerAliveCountMax, ConnectionAttempts, TCPKeepAlive, "
+            "Compression, AddressFamily, IPQoS, Ciphers, PreferredAuthentications, "
+            "PubkeyAuthentication, PasswordAuthentication, KbdInteractiveAuthentication, "
+            "GSSAPIAuthentication (none runs a program, forwards, redirects the connection or "
+            "changes host-key trust); anything else belongs in your own ~/.ssh/config"))] = []
 
 
 class SyncRule(_Strict):

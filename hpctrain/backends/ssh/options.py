@@ -291,9 +291,14 @@ def checked_words(words, where: str) -> list[str]:
         raise ValueError(f"{where}: BatchMode=yes is missing (no prompt may hang)")
     canonical = ssh_words(read)
     if canonical != words:
-        raise ValueError(f"{where} is not an ssh command line hpctrain writes: its options are "
-                         "not in hpctrain's order, or one is missing or given twice "
-                         "(BatchMode=yes, ConnectTimeout, LogLevel, keep-alives, host keys)")
+        at = next(i for i, (a, b) in enumerate(zip([*words, ""], [*canonical, ""])) if a != b)
+        shown = " ".join(words[at:at + 2]) if words[at:at + 1] in (["-o"], ["-p"], ["-l"]) \
+            else "".join(words[at:at + 1])
+        found = excerpt(shown, 60) if at < len(words) else "its end"
+        wanted = repr(canonical[at]) if at < len(canonical) else "nothing more"
+        raise ValueError(f"{where} is not an ssh command line hpctrain writes: word {at} is "
+                         f"{found} where hpctrain writes {wanted} (an option moved, changed, "
+                         "missing or given twice)")
     return canonical
 
 
