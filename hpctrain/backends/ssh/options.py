@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from typing import NamedTuple
 
 from ...errors import HpctrainError
@@ -182,7 +183,6 @@ def path_problem(key: str, value: str) -> str | None:
             return ("the file ssh adds accepted host keys to: its name must hold 'known_hosts' "
                     f"(e.g. {example}, ./lab_known_hosts), and so must a link's target")
     try:
-        import stat
         st = os.stat(os.path.expanduser(value))
     except (OSError, ValueError):
         return None  # not there (yet): ssh says so itself
