@@ -319,3 +319,112 @@ def test_submit_notify_refuses_a_bad_url_without_quoting_it(tmp_path, monkeypatc
     out, warned = capfd.readouterr()
     assert "warning: notify: $HOOK (notify.url_from): the URL holds a space" in warned
     assert not [s for s in SECRETS if s in err + out + warned]
+
+
+# ------------------------------------------------------------- submit --wait --notify: the job's events
+
+def _st(state, restarts=0, exit_code=None, excluded=(), ended=None, history=()):
+    from hpctrain.backends import JobState
+    from hpctrain.follow.status import RunStatus
+    return RunStatus(run_id="r1", name="cart", site="s", backend="slurm", job="12", path="/x",
+                     submitted=None, nodes=1, ranks_per_node=1,
+                     state=JobState(state, restarts=restarts, exit_code=exit_code, nodes="node1"),
+                     excluded=list(excluded), ended=ended, history=list(history))
+
+
+def _follow(run_dir, steps) -> list[tuple[str, bool]]:
+    """The events a Notifier sends for `steps` (a status, or a callable that changes the run
+    directory as the job would between polls), as (event, ok) from its records."""
+    from hpctrain.follow.notify import Notifier
+    n = Notifier({"url_from": "HPCT_UNSET_HOOK", "format": "json"}, str(run_dir))
+    for step in steps:
+        step() if callable(step) else n(step)
+    return [(r["event"], r["ok"]) for r in notify.read(str(run_dir))]
+
+
+def _signalled(run_dir, signal, attempt):
+    def write():
+        (run_dir / "status").mkdir(exist_ok=True)
+        (run_dir / "status" / "stop-0.json").write_text(json.dumps(
+            {"rank": 0, "signal": signal, "time": 1.0, "job_restart": attempt}))
+    return write
+
+
+def _started(run_dir):  # the next attempt's launch removes the stop notes (parts/launch.sh.j2)
+    return lambda: [p.unlink() for p in (run_dir / "status").glob("stop-*.json")]
+
+
+def test_a_preemption_is_preempted_then_requeued_as_the_job_sends_it(tmp_path, monkeypatch):
+    """tests/slurm/test_notify.py: the job sends start, preempted, requeued, completed."""
+    from hpctrain.backends import State
+    monkeypatch.delenv("HPCT_UNSET_HOOK", raising=False)
+    got = _follow(tmp_path, [_st(State.PENDING), _st(State.RUNNING),
+                             _signalled(tmp_path, "TERM", 0), _st(State.RUNNING),
+                             _st(State.PENDING, 1), _started(tmp_path), _st(State.RUNNING, 1),
+                             _st(State.COMPLETED, 1, 0)])
+    assert [e for e, _ in got] == ["start", "preempted", "requeued", "completed"]
+    # The polls missed the pending: the stop note seen while it ran still says what came
+    again = tmp_path / "again"
+    again.mkdir()
+    got = _follow(again, [_st(State.RUNNING), _signalled(again, "TERM", 0), _st(State.RUNNING),
+                          _started(again), _st(State.RUNNING, 1)])
+    assert [e for e, _ in got] == ["start", "preempted", "requeued"]
+
+
+def test_other_requeues_are_not_preemptions(tmp_path, monkeypatch):
+    from hpctrain.backends import State
+    monkeypatch.delenv("HPCT_UNSET_HOOK", raising=False)
+    # The time-limit warning (preemption.signal, USR2): saved and requeued, not preempted
+    warned = tmp_path / "warned"
+    warned.mkdir()
+    got = _follow(warned, [_st(State.RUNNING), _signalled(warned, "USR2", 0), _st(State.RUNNING),
+                           _st(State.PENDING, 1), _st(State.RUNNING, 1)])
+    assert [e for e, _ in got] == ["start", "requeued"]
+    # A node's fault: srun's teardown sent the other ranks SIGTERM, but the attempt recorded
+    # its failure, and a node was left out before the requeue
+    fault = tmp_path / "fault"
+    fault.mkdir()
+    node = {"node": "node2", "reason": "health", "message": "ECC", "time": "t"}
+    got = _follow(fault, [_st(State.RUNNING), _signalled(fault, "TERM", 0), _st(State.RUNNING),
+                          _st(State.PENDING, 1, excluded=[node], ended="health: node2: ECC"),
+                          _st(State.RUNNING, 1, excluded=[node],
+                              history=[{"attempt": 1, "reason": "health"}])])
+    assert [e for e, _ in got] == ["start", "node_excluded", "requeued"]
+
+
+@pytest.mark.parametrize("state, exit_code, ended, event", [
+    ("COMPLETED", 0, None, "completed"),
+    ("STOPPED", 143, "idle_gpus: stopped (idle GPUs) at iteration 3", "stopped"),
+    ("FAILED", 143, "idle_gpus: stopped (idle GPUs) at iteration 3", "stopped"),
+    ("CANCELLED", 0, None, "stopped"),
+    ("TIMEOUT", 0, None, "stopped"),
+    ("FAILED", 143, "cancelled: SIGTERM: the job was cancelled", "stopped"),
+    ("PREEMPTED", 0, None, "preempted"),
+    ("FAILED", 75, "preempted: preempted by the scheduler and not requeued: ...", "preempted"),
+    ("FAILED", 75, "preempted: the time-limit warning or a signal sent to the job; ...", "stopped"),
+    ("FAILED", 1, "hang: no progress for 20 s", "hang"),
+    ("FAILED", 3, "ranks: rank 0 exited 3", "failed"),
+    ("NODE_FAIL", None, None, "failed"),
+])
+def test_each_ending_is_the_jobs_word(state, exit_code, ended, event, tmp_path, monkeypatch):
+    from hpctrain.backends import State
+    monkeypatch.delenv("HPCT_UNSET_HOOK", raising=False)
+    got = _follow(tmp_path, [_st(State.RUNNING), _st(State[state], 0, exit_code, ended=ended),
+                             _st(State[state], 0, exit_code, ended=ended)])
+    assert [e for e, _ in got] == ["start", event]
+
+
+def test_one_vocabulary():
+    """Every event the batch shell sends (templates/) is one the schema offers and the CLI's
+    follower can send, and the other way round."""
+    import re
+    from pathlib import Path
+    from typing import get_args
+    from hpctrain.schema.spec import NotifyEvent
+    root = Path(__file__).resolve().parents[2] / "templates"
+    text = "".join(p.read_text() for p in root.rglob("*.j2"))
+    sent = set(re.findall(r"notify_(?:event|end) \"?(\w+)", text))
+    sent |= set(re.findall(r"&& echo (\w+) \|\| echo (\w+)", text)[0])
+    assert sent == set(notify.EVENTS) == set(get_args(NotifyEvent))
+    from hpctrain.follow import notify as follower
+    assert all(f"    {e}" in follower.__doc__ or f"| {e}" in follower.__doc__ for e in notify.EVENTS)
