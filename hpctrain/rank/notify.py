@@ -113,11 +113,50 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-# The environment's proxies (http_proxy, https_proxy: a cluster's login node) are kept.
-_OPENER = urllib.request.build_opener(_NoRedirect)
+class _Kept:
+    """An HTTP(S) handler that keeps each connection it opens, so that a send past its time is
+    cut (its socket shut down) rather than left reading from a server that trickles bytes or
+    sends `100 Continue` without end: the socket's timeout is per read, not per answer."""
+
+    def __init__(self, conns: list, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.conns = conns
+
+    def do_open(self, http_class, req, **kwargs):
+        def connection(*args, **kw):
+            conn = http_class(*args, **kw)
+            self.conns.append(conn)
+            return conn
+        return super().do_open(connection, req, **kwargs)
 
 
-def _post(url: str, body: bytes, headers: dict, timeout: float) -> dict:
+class _HTTP(_Kept, urllib.request.HTTPHandler):
+    pass
+
+
+_HANDLERS = [_HTTP]
+if hasattr(urllib.request, "HTTPSHandler"):  # an interpreter built without ssl has none
+    class _HTTPS(_Kept, urllib.request.HTTPSHandler):
+        pass
+    _HANDLERS.append(_HTTPS)
+
+
+def _opener(conns: list):
+    # The environment's proxies (http_proxy, https_proxy: a cluster's login node) are kept.
+    return urllib.request.build_opener(_NoRedirect, *(h(conns) for h in _HANDLERS))
+
+
+def _cut(conns: list) -> None:
+    for conn in conns:
+        sock = getattr(conn, "sock", None)
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the worker's read; close() would not
+        except OSError:
+            pass
+
+
+def _post(url: str, body: bytes, headers: dict, timeout: float, conns: list | None = None) -> dict:
     """POST once; the outcome as a record. Never raises: every error is described by what
     happened (a refused connection, no answer, not HTTP), never by the exception's text, which
     can quote the URL."""
@@ -127,7 +166,7 @@ def _post(url: str, body: bytes, headers: dict, timeout: float) -> dict:
                                      method="POST")
         # The answer's body is never read: a webhook's says nothing hpctrain needs, and a
         # hostile one may be endless.
-        with _OPENER.open(req, timeout=timeout) as resp:  # noqa: S310 (the user's URL)
+        with _opener([] if conns is None else conns).open(req, timeout=timeout) as resp:  # noqa: S310
             status = int(resp.status)
         return {"ok": 200 <= status < 300, "status": status}
     except urllib.error.HTTPError as exc:
@@ -153,6 +192,8 @@ def why(exc: BaseException, timeout: float) -> str:
     if type(exc).__module__ == "ssl":
         return "TLS: " + (reason if isinstance(reason, str) and _WORD.fullmatch(reason)
                           else type(exc).__name__)
+    if isinstance(exc, http.client.InvalidURL):
+        return "not sent (the URL is not one http.client takes)"
     if isinstance(exc, http.client.HTTPException):
         return f"the answer is not HTTP ({type(exc).__name__})"
     if isinstance(exc, OSError) and exc.errno and isinstance(exc.errno, int):
@@ -203,10 +244,11 @@ def send(run_dir: str | None, settings: dict, event: str, info: dict, where: str
     else:
         body, headers = request(entry["format"], event, info)
         out: list[dict] = []
+        conns: list = []
 
         def post() -> None:
             try:
-                out.append(_post(url, body, headers, timeout))
+                out.append(_post(url, body, headers, timeout, conns))
             except BaseException as exc:  # noqa: BLE001 (never a traceback: it would quote the URL)
                 out.append({"ok": False, "error": why(exc, timeout)})
 
@@ -215,6 +257,8 @@ def send(run_dir: str | None, settings: dict, event: str, info: dict, where: str
         worker = threading.Thread(target=post, daemon=True)
         worker.start()
         worker.join(timeout + min(1.0, timeout / 2))
+        if worker.is_alive():
+            _cut(conns)
         result = dict(out[0]) if out else {"ok": False, "error": f"no answer within {timeout:g} s"}
         if "error" in result:
             result["error"] = _printable(redact(str(result["error"]), url))[:200]

@@ -31,6 +31,7 @@ class Hostile:
         self.sock.listen(8)
         self.port = self.sock.getsockname()[1]
         self.done = threading.Event()
+        self.hung_up = threading.Event()  # the client closed a connection it was answered on
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self):
@@ -59,6 +60,10 @@ class Hostile:
                     if self.done.wait(0.05):
                         return
                     conn.sendall(bytes([b]))
+            elif self.mode == "continue":  # '100 Continue' without end: http.client skips each
+                while not self.done.is_set():
+                    conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n" * 64)
+                    self.done.wait(0.01)
             elif self.mode == "huge":  # says 2 GiB and sends until the client hangs up
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2147483648\r\n\r\n")
                 block = b"x" * 65536
@@ -74,8 +79,8 @@ class Hostile:
                              "Content-Length: 0\r\n\r\n".encode())
             else:  # ok
                 conn.sendall(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
-        except OSError:
-            pass  # the client hung up (as it should, on a huge answer)
+        except OSError:  # the client hung up (as it should, on a huge or endless answer)
+            self.hung_up.set()
         finally:
             conn.close()
 
@@ -121,6 +126,7 @@ def _leaks(run_dir, capfd, *also) -> list[str]:
 @pytest.mark.parametrize("mode, error", [
     ("silent", f"no answer within {TIMEOUT:g} s"),
     ("trickle", f"no answer within {TIMEOUT:g} s"),
+    ("continue", f"no answer within {TIMEOUT:g} s"),
     ("garbage", "the answer is not HTTP (BadStatusLine)"),
     ("headers", "the answer is not HTTP (HTTPException)"),
     ("redirect file:///etc/passwd", "HTTP 307 (a redirect: not followed)"),
@@ -133,6 +139,8 @@ def test_a_hostile_answer_is_a_recorded_failure(hostile, mode, error, tmp_path, 
     assert entry["ok"] is False and entry["error"] == error, entry
     assert [(r["event"], r["error"]) for r in notify.read(str(tmp_path))] == [("failed", error)]
     assert _leaks(tmp_path, capfd, entry) == []
+    if mode in ("trickle", "continue"):  # the late send is cut, not left reading in a thread
+        assert server.hung_up.wait(5)
 
 
 def test_a_huge_answer_is_not_read(hostile, tmp_path, monkeypatch, capfd):
@@ -212,7 +220,7 @@ def test_no_exception_text_is_recorded(tmp_path, monkeypatch, capfd):
 
     def explode(*args, **kwargs):
         raise Quoting(f"nonnumeric port: '{PASSWORD}@127.0.0.1' in {url}")
-    monkeypatch.setattr(notify._OPENER, "open", explode)
+    monkeypatch.setattr(notify.urllib.request.OpenerDirector, "open", explode)
     monkeypatch.setenv("HOOK", url)
     entry = notify.send(str(tmp_path), SETTINGS, "failed", INFO, "here", timeout=TIMEOUT)
     assert entry["error"] == "not sent (Quoting)"
