@@ -106,6 +106,9 @@ def cmd_submit(args) -> int:
         print(f"warning: notify: ${job.spec.notify.url_from} (notify.url_from) is not set here: "
               "the job's events will not be sent (each attempt is recorded in its "
               "status/notify.jsonl); export it before submitting", file=sys.stderr)
+    elif job.spec.notify is not None and (problem := _url_problem(job.spec.notify.url_from)):
+        print(f"warning: notify: ${job.spec.notify.url_from} (notify.url_from): the URL {problem}; "
+              "the job's events will not be sent", file=sys.stderr)
     prep = prepare(job)
     from .submission import collisions, test_start
     warned = collisions(prep)  # a job that can never start is refused here, dry run or not
@@ -141,6 +144,17 @@ def _env_set(name: str) -> bool:
     return bool(os.environ.get(name))
 
 
+def _url_problem(name: str) -> str | None:
+    """What is wrong with the webhook URL in $name, in words that quote none of it."""
+    import os
+    from .rank.notify import BadURL, check_url
+    try:
+        check_url(os.environ.get(name, ""))
+    except BadURL as exc:
+        return str(exc)
+    return None
+
+
 def _notify_settings(args, job) -> dict | None:
     """`--notify`: the job's notify: section (or its site's defaults), its URL's variable set."""
     if not getattr(args, "notify", False):
@@ -159,6 +173,11 @@ def _notify_settings(args, job) -> dict | None:
         raise HpctrainError(f"--notify: ${settings['url_from']} (notify.url_from) is not set "
                             "here", job.source, f"export {settings['url_from']}=https://... "
                             "(its value is never written to disk)")
+    problem = _url_problem(settings["url_from"])
+    if problem:
+        raise HpctrainError(f"--notify: ${settings['url_from']} (notify.url_from): the URL "
+                            f"{problem}", job.source, "set it to the webhook's http(s) URL, as "
+                            "the service gives it")
     return settings
 
 
