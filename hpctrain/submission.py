@@ -236,7 +236,10 @@ def _record(prep: Prepared) -> dict:
         script=prep.script_name if prep.function is None else None,
         source=prep.job.source, workdir=prep.job.workdir, state="SUBMITTING",
         hpctrain_version=__version__, git=git_state(prep.job.workdir),
-        after=[dict(d) for d in prep.job.after])
+        after=[dict(d) for d in prep.job.after],
+        # The interpreter the job runs its copy of the rank side with on the nodes, outside any
+        # container: `attach --stacks` runs that copy with it (follow/attach.py).
+        extra={"python": list(prep.plan.host_python)})
     if prep.tasks:
         rec.update(array_size=len(prep.tasks), parallel=prep.parallel,
                    task_values=[dict(t.values) for t in prep.job.tasks])
