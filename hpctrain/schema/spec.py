@@ -686,7 +686,7 @@ def _url_from_error(value) -> tuple[str, str]:
     """(what, fix) for a notify.url_from that is not a variable's name. A pasted URL is a secret
     (it may carry a token): it is not repeated."""
     example = "e.g. export NTFY_URL='https://ntfy.sh/my-topic' and url_from: NTFY_URL"
-    if isinstance(value, str) and "://" in value:
+    if isinstance(value, str) and ("://" in value or "/" in value):  # ntfy.sh/topic too
         return ("'notify.url_from' holds a URL, but it takes the name of the environment "
                 "variable that holds the URL (the URL itself is never written into a job)",
                 f"put the URL in a variable and give its name: {example}")
@@ -719,7 +719,8 @@ def _exponent_as_text(root: type, path: tuple, value) -> str | None:
     mantissa, sign, exponent = match.groups()
     spelled = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{sign or '+'}{exponent}"
     plain = repr(number)
-    return f"write it as {spelled}" + (f" or {plain}" if "e" not in plain else "")
+    return f"write it as {spelled}" + (f" or {plain}" if plain[-1].isdigit() and "e" not in plain
+                                       else "")
 
 
 def _number_kind(tp):

@@ -98,6 +98,8 @@ def test_a_pasted_url_in_url_from_asks_for_a_variable_name_and_is_not_repeated(h
                         "variable that holds the URL (the URL itself is never written into a job)")
     assert err.fix == f"put the URL in a variable and give its name: {EXAMPLE}"
     assert "s3cret" not in str(err)
+    err = _refused(_job(tmp_path, "notify: {url_from: ntfy.sh/my-private-topic}\n"))
+    assert "holds a URL" in err.what and "private" not in str(err)
 
 
 @pytest.mark.parametrize("value,what,fix", [
