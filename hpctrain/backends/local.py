@@ -87,6 +87,35 @@ class LocalBackend(Backend):
     def inside(self, job_id: str) -> bool:
         return under(job_id.rpartition("-")[2])
 
+    # `hpctrain attach` (follow/attach.py): the job runs on this machine, so its one node is
+    # this one, under the name its ranks record (rank/bootstrap.py: the host name).
+    def job_nodes(self, run: Run) -> list[str]:
+        import socket
+        return [socket.gethostname()] if self.state(run).state == State.RUNNING else []
+
+    def attach_command(self, run: Run, node: str) -> list[str]:
+        return ["bash", "-c", 'cd "$1" 2>/dev/null; exec bash -i', "hpctrain-attach",
+                str(run.path)]
+
+    def on_nodes(self, run: Run, command: list[str]) -> str:
+        import subprocess
+        try:
+            proc = subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL,
+                                  timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise HpctrainError(f"could not run {command[0]} for run {run.id}: "
+                                f"{getattr(exc, 'strerror', None) or exc}",
+                                fix=f"check that the job still runs: hpctrain status {run.id}"
+                                ) from None
+        out = proc.stdout.decode("utf-8", errors="replace")
+        if proc.returncode != 0:
+            said = proc.stderr.decode("utf-8", errors="replace").strip().splitlines()[-1:] or ["-"]
+            raise HpctrainError(f"the stack request for run {run.id} failed (exit "
+                                f"{proc.returncode}): {said[0][:300]}",
+                                fix="check the job's interpreter (the job's python:) on this "
+                                "machine")
+        return out
+
     def submit(self, run: Run, prep) -> str:
         import subprocess
         log = open(run.path / "logs" / "job.out", "ab")

@@ -143,6 +143,15 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
                                 'e.g. python: "isaaclab.sh -p"') from None
         if not words:
             raise HpctrainError("'python' is empty", where(("python",)), "e.g. python: python3")
+    if spec.idle_gpus is not None and not spec.sample_every:
+        # The idle stop judges the sampler's readings (rank/sampler.py): with no sampling it
+        # would never act, and a job that asked for it must not run believing it is guarded.
+        raise HpctrainError(
+            f"'idle_gpus' is set but 'sample_every' is 0 ({where(('sample_every',))}): the "
+            "idle-GPU stop judges the GPU samples, so it would never act",
+            where(("idle_gpus",)),
+            "give sample_every a number of seconds (e.g. sample_every: 5, the default), or "
+            "remove idle_gpus (idle_gpus: null drops a site's)")
     if scheduler.preemption:
         _preemption(spec, where)
     if scheduler.writes_directives:

@@ -579,8 +579,10 @@ def _type_at(root: type, path: tuple):
         tp = _struct_in(_unwrap(tp))
         if isinstance(tp, type) and issubclass(tp, Struct):
             hints = typing.get_type_hints(tp, include_extras=True)
-            if key not in hints:
-                return None
+            if key not in hints:  # a key renamed in YAML (`for` is the field `for_`)
+                key = {f.encode_name: f.name for f in msgspec.structs.fields(tp)}.get(key)
+                if key not in hints:
+                    return None
             tp = hints[key]
         else:
             args = typing.get_args(tp)
@@ -650,7 +652,8 @@ def explain(exc: msgspec.ValidationError, root: type, where, data=None) -> Hpctr
     elif missing:
         key = missing.group(1)
         what = f"missing required key '{key}'" + (f" in '{dotted}'" if dotted else "")
-        fix = f"add '{key}: …'"
+        fix = f"add '{key}: …'" if (dotted, key) != ("notify", "url_from") else (
+            "add url_from: NAME, the environment variable that holds the webhook URL")
     else:
         options = _literal_options(_type_at(root, path))
         if what.startswith("Invalid enum value") and options:
@@ -659,6 +662,14 @@ def explain(exc: msgspec.ValidationError, root: type, where, data=None) -> Hpctr
             if bad:
                 fix = did_you_mean(bad.group(1), options)
         value = _value_at(data, path)
+        if path[-2:] == ("notify", "url_from"):
+            what, fix = _url_from_error(value)
+            return HpctrainError(what, where(path), fix)
+        text_number = _exponent_as_text(root, path, value)
+        if text_number:
+            return HpctrainError(f"'{dotted}' is {value}, which YAML 1.1 reads as text, not a "
+                                 "number (its exponent lacks a '.' or a sign)", where(path),
+                                 text_number)
         if "regex" in what:
             what = f"'{dotted}' is {value!r}, which is not valid here" if value is not _MISSING \
                 else f"'{dotted}' does not have the required form"
@@ -675,6 +686,63 @@ def explain(exc: msgspec.ValidationError, root: type, where, data=None) -> Hpctr
             else:
                 fix = fix or _type_hint(what)
     return HpctrainError(what, where(path), fix)
+
+
+def _url_from_error(value) -> tuple[str, str]:
+    """(what, fix) for a notify.url_from that is not a variable's name. A pasted URL is a secret
+    (it may carry a token): it is not repeated."""
+    example = "e.g. export NTFY_URL='https://ntfy.sh/my-topic' and url_from: NTFY_URL"
+    if isinstance(value, str) and ("://" in value or "/" in value):  # ntfy.sh/topic too
+        return ("'notify.url_from' holds a URL, but it takes the name of the environment "
+                "variable that holds the URL (the URL itself is never written into a job)",
+                f"put the URL in a variable and give its name: {example}")
+    if isinstance(value, str) and value.startswith("$"):
+        name = value.strip("${}")
+        return (f"'notify.url_from' is {value[:64]!r}: it takes the variable's name, not its "
+                f"value", f"write the name without '$': url_from: {name or 'NTFY_URL'}")
+    shown = repr(value[:64]) if isinstance(value, str) else repr(value)[:64]
+    return (f"'notify.url_from' is {shown}, not the name of an environment variable",
+            "give the name of the variable that holds the webhook URL (a letter or '_', then "
+            f"letters, digits and '_'): {example}")
+
+
+# A number with an exponent that YAML 1.1 (PyYAML) leaves as text: 1.5e1, 1e3, 2E-5. It takes
+# an exponent only after a '.' in the number and with a sign: 1.5e+1, 1.0e+3.
+_EXPONENT = re.compile(r"([-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))[eE]([-+]?)([0-9]{1,3})")
+
+
+def _exponent_as_text(root: type, path: tuple, value) -> str | None:
+    """The fix for a key that takes a number whose value YAML read as text only because of how
+    its exponent is written; None for anything else."""
+    match = _EXPONENT.fullmatch(value) if isinstance(value, str) else None
+    kind = _number_kind(_type_at(root, path)) if match else None
+    if kind is None:
+        return None
+    number = float(value)
+    if kind is int:
+        return (f"write it as {int(number)}" if number.is_integer()
+                else f"give a whole number ({value} is {number!r})")
+    mantissa, sign, exponent = match.groups()
+    spelled = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{sign or '+'}{exponent}"
+    plain = repr(number)
+    return f"write it as {spelled}" + (f" or {plain}" if plain[-1].isdigit() and "e" not in plain
+                                       else "")
+
+
+def _number_kind(tp):
+    """float where a key takes any number, int where it takes whole numbers only, else None."""
+    import types
+    import typing
+    kinds, stack = set(), [tp]
+    while stack:
+        t = stack.pop()
+        if typing.get_origin(t) is Annotated:
+            stack.append(typing.get_args(t)[0])
+        elif typing.get_origin(t) is Union or isinstance(t, types.UnionType):
+            stack.extend(typing.get_args(t))
+        elif t in (int, float):
+            kinds.add(t)
+    return float if float in kinds else (int if kinds else None)
 
 
 _EXPECTED = {"int": "a whole number", "str": "text (quote it if YAML reads it as something "

@@ -224,11 +224,7 @@ def sentence(why: dict, job: str) -> tuple[str, str]:
     if cat == "reservation":
         res = why.get("reservations") or []
         if res:
-            shown = "; ".join(f"{r['name']} ({'maintenance, ' if r.get('maint') else ''}"
-                              f"{r['start']} to {r['end']} on {r['nodes']})" for r in res[:3])
-            return (f"a reservation holds the nodes: {shown}",
-                    f"it starts after {res[0]['name']} ends; a resources.time that ends before "
-                    f"{res[0]['start']} could start now")
+            return reservations.holding_text(res)
         return f"a reservation or maintenance holds the nodes ({raw})", \
             "wait for it to end (`scontrol show reservation` lists them)"
     if cat == "dependency":

@@ -69,9 +69,10 @@ def _time(text: str | None) -> float | None:
     if not text or not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", text):
         return None
     try:
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+        epoch = time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
     except (ValueError, OverflowError):
         return None
+    return epoch if epoch > 0 else None  # before 1970: no reservation's time, an odd record
 
 
 def _nodes(text: str) -> set[str] | None:
@@ -97,6 +98,22 @@ def parse(text: str) -> list[Reservation]:
             flags={w for w in (f.get("Flags") or "").split(",") if re.fullmatch(r"[A-Z_]{1,32}", w)},
             state=clean(f.get("State"), 16) or ""))
     return out
+
+
+def holding_text(shown: list[dict]) -> tuple[str, str]:
+    """(what holds a pending job, what helps) for the reservations on its nodes (each as
+    Reservation.shown() gives it). A time Slurm did not give, or gave oddly, is said to be
+    unknown: the sentence never reads "before None"."""
+    def window(r: dict) -> str:
+        return f"{r.get('start') or 'an unknown start'} to {r.get('end') or 'an unknown end'}"
+    shown_text = "; ".join(f"{r['name']} ({'maintenance, ' if r.get('maint') else ''}"
+                           f"{window(r)} on {r.get('nodes') or 'all nodes'})" for r in shown[:3])
+    first = shown[0]
+    fix = f"it starts after {first['name']} ends"
+    fix += (f"; a resources.time that ends before {first['start']} could start now"
+            if first.get("start") else
+            f"; `scontrol show reservation {first['name']}` shows its times")
+    return f"a reservation holds the nodes: {shown_text}", fix
 
 
 def partition_nodes(partition: str | None) -> tuple[str | None, set[str] | None]:
