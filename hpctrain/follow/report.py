@@ -353,8 +353,8 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
 
     acct_all = [v for v in (accounted or {}).values()]
     if acct_all and all(v.get("total_cpu_s") is not None and v.get("cpus") for v in acct_all):
-        report.cpu_efficiency = (sum(v["total_cpu_s"] for v in acct_all)
-                                 / sum(v["cpus"] * (v["elapsed_s"] or 0) for v in acct_all) or None)
+        spent = sum(v["cpus"] * (v["elapsed_s"] or 0) for v in acct_all)
+        report.cpu_efficiency = (sum(v["total_cpu_s"] for v in acct_all) / spent or None) if spent else None
         rss = [v["max_rss_mib"] for v in acct_all if v.get("max_rss_mib") is not None]
         report.max_rss_mib = max(rss) if rss else None
         report.cpu_source = "accounting"
