@@ -188,8 +188,9 @@ def _wait(args, run, notify: dict | None = None) -> int:
         print(f"stopped waiting; the run goes on: hpctrain status {run.id}", file=sys.stderr)
         raise
     printer.close()
+    from .rank.printable import shown
     for f in st.failures:
-        print(f"failed: rank {f['rank']} on {f['node']} exit {f['exit_status']}: {f['error']}")
+        print(shown(f"failed: rank {f['rank']} on {f['node']} exit {f['exit_status']}: {f['error']}"))
     return exit_status(st)
 
 
@@ -247,9 +248,10 @@ def cmd_site_detect(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .doctor import run
+    from .rank.printable import shown  # what the nodes and their tools said
     report = run(args.job, args.site, args.overrides, timeout=args.timeout,
-                 say=lambda text: print(text, flush=True))
-    print(report.text())
+                 say=lambda text: print(shown(text), flush=True))
+    print(shown(report.text()))
     return 0 if report.ok else 1
 
 
@@ -468,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except HpctrainError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from .rank.printable import shown  # a message may quote a file's or a tool's text
+        print(shown(f"error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -484,7 +487,8 @@ def main(argv: list[str] | None = None) -> int:
         import os
         if os.environ.get("HPCTRAIN_DEBUG"):
             raise
-        print(f"error: hpctrain failed unexpectedly: {type(exc).__name__}: {exc}\n  fix: this "
+        from .rank.printable import printable
+        print(f"error: hpctrain failed unexpectedly: {type(exc).__name__}: {printable(str(exc))}\n  fix: this "
               "is a bug in hpctrain: please report it with the command you ran "
               "(HPCTRAIN_DEBUG=1 shows where it happened)", file=sys.stderr)
         return 2
