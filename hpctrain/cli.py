@@ -88,8 +88,9 @@ def cmd_submit(args) -> int:
                                 fix="hpctrain submit --resume RUN")
         run, nodes, why = resume(args.resume)
         rec = run.record
-        print(f"resumed {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"
-              + (f"  without {','.join(nodes)} ({why})" if nodes else ""))
+        from .rank.printable import shown  # `why` quotes the run's failure records
+        print(shown(f"resumed {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"
+                    + (f"  without {','.join(nodes)} ({why})" if nodes else "")))
         print(f"run directory: {run.path}", flush=True)
         return _wait(args, run)
     if args.job is None:
