@@ -88,8 +88,9 @@ def cmd_submit(args) -> int:
                                 fix="hpctrain submit --resume RUN")
         run, nodes, why = resume(args.resume)
         rec = run.record
-        print(f"resumed {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"
-              + (f"  without {','.join(nodes)} ({why})" if nodes else ""))
+        from .rank.printable import shown  # `why` quotes the run's failure records
+        print(shown(f"resumed {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"
+                    + (f"  without {','.join(nodes)} ({why})" if nodes else "")))
         print(f"run directory: {run.path}", flush=True)
         return _wait(args, run)
     if args.job is None:
@@ -207,8 +208,9 @@ def _wait(args, run, notify: dict | None = None) -> int:
         print(f"stopped waiting; the run goes on: hpctrain status {run.id}", file=sys.stderr)
         raise
     printer.close()
+    from .rank.printable import shown
     for f in st.failures:
-        print(f"failed: rank {f['rank']} on {f['node']} exit {f['exit_status']}: {f['error']}")
+        print(shown(f"failed: rank {f['rank']} on {f['node']} exit {f['exit_status']}: {f['error']}"))
     return exit_status(st)
 
 
@@ -266,9 +268,10 @@ def cmd_site_detect(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .doctor import run
+    from .rank.printable import shown  # what the nodes and their tools said
     report = run(args.job, args.site, args.overrides, timeout=args.timeout,
-                 say=lambda text: print(text, flush=True))
-    print(report.text())
+                 say=lambda text: print(shown(text), flush=True))
+    print(shown(report.text()))
     return 0 if report.ok else 1
 
 
@@ -487,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except HpctrainError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from .rank.printable import shown  # a message may quote a file's or a tool's text
+        print(shown(f"error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -503,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
         import os
         if os.environ.get("HPCTRAIN_DEBUG"):
             raise
-        print(f"error: hpctrain failed unexpectedly: {type(exc).__name__}: {exc}\n  fix: this "
+        from .rank.printable import printable
+        print(f"error: hpctrain failed unexpectedly: {type(exc).__name__}: {printable(str(exc))}\n  fix: this "
               "is a bug in hpctrain: please report it with the command you ran "
               "(HPCTRAIN_DEBUG=1 shows where it happened)", file=sys.stderr)
         return 2

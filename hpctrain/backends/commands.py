@@ -56,7 +56,9 @@ def run(command: list[str], timeout: float = 60, input: str | None = None) -> st
     if login is not None:
         return login.tool(command, timeout=timeout, input=input)
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+        # errors="replace": a tool's bytes that are not UTF-8 (a node name, a reason) are still
+        # its answer, never a UnicodeDecodeError.
+        proc = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=timeout,
                               input=input, stdin=None if input is not None else subprocess.DEVNULL)
     except FileNotFoundError:
         raise SchedulerError(command, None, f"'{command[0]}' is not installed here",

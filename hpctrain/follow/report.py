@@ -25,6 +25,7 @@ import re
 import msgspec
 
 from ..errors import HpctrainError
+from ..rank.printable import shown
 from ..rank.records import RankIdentity, read_identities
 from ..rank.sampler import _file_node
 from ..runs.records import Run
@@ -117,8 +118,29 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _num(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+# What a sampler can write (rank/sampler.py), with room to spare: a value outside its range is
+# forged or damaged, and is left out like a line that is not JSON (a run directory is shared).
+TIME = (0.0, 1e11)  # epoch seconds (the year 5138)
+PERCENT = (0.0, 100.0)  # a GPU's utilization
+CPU_PCT = (0.0, 1e7)  # a rank's CPU, in % of one core
+MIB = (0.0, 1e9)  # a GPU's memory: far above any GPU's
+WATTS = (0.0, 1e6)
+KIB = (0.0, 1e15)  # a rank's RSS
+SECONDS = (0.0, 1e11)  # CPU and wall times
+MAX_INDEX = 4096  # GPUs of one node
+MAX_RANK = (1 << 31) - 1
+MAX_GPUS = 1 << 20  # GPUs of one allocation
+
+
+def _num(v, bounds: tuple[float, float] = TIME) -> float | None:
+    """A number within bounds, or None (NaN, ±Infinity, text, true/false and huge values too)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and bounds[0] <= v <= bounds[1]:
+        return float(v)
+    return None
+
+
+def _int(v, hi: int, lo: int = 0) -> int | None:
+    return v if type(v) is int and lo <= v <= hi else None
 
 
 def read_usage(directory: str) -> dict[str, list[dict]]:
@@ -183,7 +205,8 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
                      run: Run | None = None) -> Report:
     usage = read_usage(directory)
     allocations = _allocations(directory)
-    idents: dict[int, RankIdentity] = {i.rank: i for i in read_identities(directory)}
+    idents: dict[int, RankIdentity] = {i.rank: i for i in read_identities(directory)
+                                       if _int(i.rank, MAX_RANK) is not None}
     report = Report(run_id=run_id, name=name, task=task)
 
     # Attempts: each sampler's "start" opens one; its later lines belong to it.
@@ -201,8 +224,8 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
             t = _num(rec.get("t"))
             if kind == "start":
                 start = _num(rec.get("time"))
-                attempt = rec.get("attempt")
-                if start is None or not isinstance(attempt, int):
+                attempt = _int(rec.get("attempt"), MAX_RANK)
+                if start is None or attempt is None:
                     key = None
                     continue
                 key = (str(rec.get("job_id", ""))[:128], attempt)
@@ -216,25 +239,30 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
                     break
             elif key is None:
                 continue
-            elif kind == "gpu" and isinstance(rec.get("index"), int):
-                gpu_info[(node, rec["index"])] = rec
-            elif kind == "first_step" and _num(rec.get("time")) is not None:
+            elif kind == "gpu" and _int(rec.get("index"), MAX_INDEX) is not None:
+                # Only what a "gpu" line says: its peak and power come from the samples.
+                uuid = rec.get("uuid")
+                gpu_info.setdefault((node, rec["index"]), {}).update(
+                    uuid=uuid[:200] if isinstance(uuid, str) else None,
+                    mem_total=_num(rec.get("mem_total"), MIB))
+            elif kind == "first_step" and (when := _num(rec.get("time"))) is not None:
                 first = attempts[key]["first"]
-                attempts[key]["first"] = min(first, rec["time"]) if first else rec["time"]
+                attempts[key]["first"] = min(first, when) if first else when
             elif kind in ("cost", "end"):
-                cpu, child, wall = (_num(rec.get(k)) for k in ("cpu_s", "child_cpu_s", "wall_s"))
-                if cpu is not None and wall:
+                cpu, child, wall = (_num(rec.get(k), SECONDS) for k in ("cpu_s", "child_cpu_s", "wall_s"))
+                if cpu is not None and wall and wall >= 1e-3:
                     report.sampler_cpu_pct[node] = round(100.0 * (cpu + (child or 0)) / wall, 3)
-                if _num(rec.get("time")) is not None:
-                    attempts[key]["end"] = max(attempts[key]["end"], rec["time"])
+                if (when := _num(rec.get("time"))) is not None:
+                    attempts[key]["end"] = max(attempts[key]["end"], when)
             elif kind == "error" and isinstance(rec.get("error"), str) and len(report.errors) < 20:
                 report.errors.append(f"{node}: {rec['error'][:300]}")
             elif t is not None and isinstance(rec.get("g"), list):
                 attempts[key]["end"] = max(attempts[key]["end"], t)
                 for row in rec["g"][:64]:
-                    if not (isinstance(row, list) and len(row) == 4 and isinstance(row[0], int)):
+                    if not (isinstance(row, list) and len(row) == 4
+                            and _int(row[0], MAX_INDEX) is not None):
                         continue
-                    util, mem, power = (_num(v) for v in row[1:])
+                    util, mem, power = (_num(v, b) for v, b in zip(row[1:], (PERCENT, MIB, WATTS)))
                     g = (node, row[0])
                     attempts[key]["gpus"].add(g)
                     info = gpu_info.setdefault(g, {})
@@ -248,9 +276,10 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
             elif t is not None and isinstance(rec.get("r"), list):
                 attempts[key]["end"] = max(attempts[key]["end"], t)
                 for row in rec["r"][:4096]:
-                    if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], int)):
+                    if not (isinstance(row, list) and len(row) == 3
+                            and _int(row[0], MAX_RANK) is not None):
                         continue
-                    cpu, rss = _num(row[1]), _num(row[2])
+                    cpu, rss = _num(row[1], CPU_PCT), _num(row[2], KIB)
                     if cpu is not None:
                         rank_cpu.setdefault(row[0], []).append(cpu)
                     if rss is not None:
@@ -266,7 +295,7 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
         if acct is not None:
             gpus, source = acct["gpus"], "accounting"
             elapsed = acct["elapsed_s"] or elapsed
-        elif alloc is not None and isinstance(alloc.get("gpus"), int):
+        elif alloc is not None and _int(alloc.get("gpus"), MAX_GPUS) is not None:
             gpus, source = alloc["gpus"], "scontrol"
         elif a["gpus"]:
             gpus, source = len(a["gpus"]), "samples"
@@ -299,7 +328,7 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
         report.gpus.append(GpuStats(
             node=node, index=index, uuid=info.get("uuid") if isinstance(info.get("uuid"), str) else None,
             samples=len(utils), mean_util=_mean(utils), p10_util=p10(utils),
-            mem_peak_mib=info.get("peak"), mem_total_mib=_num(info.get("mem_total")),
+            mem_peak_mib=info.get("peak"), mem_total_mib=info.get("mem_total"),
             mean_power_w=_mean(powers)))
 
     progress = of_directory(directory, task)
@@ -324,15 +353,15 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
 
     acct_all = [v for v in (accounted or {}).values()]
     if acct_all and all(v.get("total_cpu_s") is not None and v.get("cpus") for v in acct_all):
-        report.cpu_efficiency = (sum(v["total_cpu_s"] for v in acct_all)
-                                 / sum(v["cpus"] * (v["elapsed_s"] or 0) for v in acct_all) or None)
+        spent = sum(v["cpus"] * (v["elapsed_s"] or 0) for v in acct_all)
+        report.cpu_efficiency = (sum(v["total_cpu_s"] for v in acct_all) / spent or None) if spent else None
         rss = [v["max_rss_mib"] for v in acct_all if v.get("max_rss_mib") is not None]
         report.max_rss_mib = max(rss) if rss else None
         report.cpu_source = "accounting"
     elif rank_cpu:
         # The ranks' mean CPU use (in cores) against the CPUs allocated: scontrol's count for the
         # job, else the CPUs the samplers found usable on their nodes.
-        cpus = [a.get("cpus") for a in allocations.values() if isinstance(a.get("cpus"), int)]
+        cpus = [a["cpus"] for a in allocations.values() if _int(a.get("cpus"), 1 << 24, 1) is not None]
         total = cpus[0] if cpus and cpus[0] else sum(node_cpus.values())
         mean_total = sum(_mean(v) or 0.0 for v in rank_cpu.values()) / 100.0
         report.cpu_efficiency = mean_total / total if total else None
@@ -428,6 +457,8 @@ def draw(result: Report, run_path: str, out: str | None) -> str | None:
 # ----------------------------------------------------------------------------- text
 
 def _h(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "-"
     seconds = int(round(seconds))
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
 
@@ -486,8 +517,10 @@ def text(r: Report) -> str:
             lines.append("  by metric (best first): " + ", ".join(f"task {i}" for i in r.by_metric))
     if r.plot:
         lines.append(f"  plot: {r.plot}")
-    return "\n".join(lines)
+    return shown("\n".join(lines))  # names, job ids and the samplers' errors are outside text
 
 
 def as_json(r: Report) -> str:
-    return msgspec.json.encode(r).decode()
+    """The report as JSON, ASCII only: msgspec writes a NaN or an infinity as null, and json
+    then escapes every control and non-ASCII character (\\u001b, never the byte)."""
+    return json.dumps(json.loads(msgspec.json.encode(r)))

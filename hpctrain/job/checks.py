@@ -14,6 +14,7 @@ import shlex
 import msgspec
 
 from ..errors import HpctrainError, did_you_mean
+from ..rank.printable import clean
 from ..schema.origins import Origins
 from ..schema.spec import JobSpec, SiteProfile, slurm_seconds
 from ..schema.yamlfile import Located
@@ -438,11 +439,13 @@ def local_gpus(environ=None) -> tuple[int | None, str]:
     if smi is None:
         return 0, "no nvidia-smi on PATH"
     try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+        # Its bytes are the tool's: not UTF-8 is still an answer (a count of "GPU N:" lines).
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, errors="replace",
+                             timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"nvidia-smi -L failed: {exc}"
     if out.returncode != 0:
-        said = " ".join((out.stdout + out.stderr).split())[:200]
+        said = clean(" ".join((out.stdout + out.stderr).split()))
         return 0, f"nvidia-smi -L failed (exit {out.returncode}): {said or 'no output'}"
     count = sum(1 for line in out.stdout.splitlines() if re.match(r"GPU \d+: ", line))
     return count, "nvidia-smi -L"

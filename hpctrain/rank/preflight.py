@@ -27,12 +27,14 @@ import threading
 import time
 
 from . import health, phases
+from .printable import shown
 
 _DRIVER = re.compile(r"[^0-9A-Za-z.,-]")  # what a node may say of its driver version
 
 
 def _say(text: str) -> None:
-    print(f"hpctrain preflight: {text}", flush=True)
+    # Into the job's log: node names and nvidia-smi's words are outside text.
+    print(f"hpctrain preflight: {shown(text)}", flush=True)
 
 
 def serve(port: int, expected: list[str], deadline: float, result: dict) -> None:

@@ -105,7 +105,8 @@ def gpus() -> dict:
         return {"nvidia_smi": None, "devices": len(devices), "gpus": []}
     try:
         proc = subprocess.run([smi, "--query-gpu=index,name,memory.total,pci.bus_id",
-                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+                               "--format=csv,noheader"], capture_output=True, text=True,
+                              errors="replace", timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"nvidia_smi": smi, "devices": len(devices), "gpus": [], "error": str(exc)}
     rows = [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line.strip()]
@@ -114,7 +115,7 @@ def gpus() -> dict:
     if len(found) > 1:
         try:
             topo = subprocess.run([smi, "topo", "-m"], capture_output=True, text=True,
-                                  timeout=30).stdout
+                                  errors="replace", timeout=30).stdout
         except (OSError, subprocess.TimeoutExpired):
             pass
     return {"nvidia_smi": smi, "devices": len(devices), "gpus": found,

@@ -369,10 +369,36 @@ def read_progress(directory: str) -> list[Progress]:
     out = []
     for _, path in _rank_files(os.path.join(directory, "status"), _PROGRESS_FILE):
         try:
-            out.append(_build(Progress, read_json(path), path))
+            out.append(_checked_progress(_build(Progress, read_json(path), path), path))
         except (OSError, RecordError):
             continue
     return out
+
+
+MAX_TIME = 1e11  # epoch seconds (the year 5138): far beyond any real report
+MAX_INT = (1 << 63) - 1  # what JSON readers (and msgspec) take as a whole number
+
+
+def _finite(value, lo: float, hi: float) -> bool:
+    return lo <= value <= hi  # False for NaN; ±Infinity and huge values are out of range
+
+
+def _checked_progress(p: Progress, path: str) -> Progress:
+    """A report's numbers within what a rank can write (a run directory is shared: a forged or
+    damaged file must not reach the readers' arithmetic and formats): RecordError otherwise.
+    A metric that is not a number is left out; a NaN or infinite one (a diverged training) is
+    kept as None, which JSON can carry."""
+    if not (_finite(p.rank, 0, MAX_INT) and _finite(p.step, -MAX_INT, MAX_INT)
+            and _finite(p.attempt, 0, 1 << 31) and _finite(p.time, 0, MAX_TIME)
+            and _finite(p.since, 0, MAX_TIME)
+            and (p.rate is None or _finite(p.rate, 0, 1e15))):
+        raise RecordError(f"{path}: a value out of range")
+    metrics = {}
+    for name, value in list(p.metrics.items())[:1000]:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and len(name) <= 200:
+            metrics[name] = float(value) if _finite(value, -1e300, 1e300) else None
+    p.metrics = metrics
+    return p
 
 
 def write_job_failure(run_dir: str, failure: JobFailure) -> None:

@@ -235,7 +235,7 @@ class Sampler:
             return
         try:
             out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True,
-                                 text=True, timeout=20, stdin=subprocess.DEVNULL)
+                                 text=True, errors="replace", timeout=20, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.SubprocessError) as exc:
             self.error(f"scontrol show job: {exc}")
             return

@@ -30,9 +30,15 @@ EnvValue = Union[str, int, float, bool]
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
 SlurmTime = Annotated[str, Meta(pattern=r"^([0-9]+-[0-9]+(:[0-9]+){0,2}|[0-9]+(:[0-9]+){0,2})\Z")]
 Memory = Annotated[str, Meta(pattern=r"^[0-9]+[KMGT]?\Z")]
-Count = Annotated[int, Meta(ge=1)]
-NonNeg = Annotated[int, Meta(ge=0)]
-Seconds = Annotated[int, Meta(ge=1)]
+# Upper bounds: a duration reaches time.sleep, select/poll and subprocess timeouts, which take at
+# most 2^31 ms (24.8 days; Python raises OverflowError beyond), and a count reaches range() and
+# the run record (runs/untrusted.py holds nodes to 100000, ranks per node to 4096). A value
+# beyond them is refused at load, with its file:line, instead of failing every node later.
+MAX_SECONDS = 2_000_000  # 23 days
+MAX_COUNT = 1_000_000
+Count = Annotated[int, Meta(ge=1, le=MAX_COUNT)]
+NonNeg = Annotated[int, Meta(ge=0, le=MAX_COUNT)]
+Seconds = Annotated[int, Meta(ge=1, le=MAX_SECONDS)]
 Duration = Annotated[str, Meta(pattern=r"^[0-9]{1,7}(s|m|h)\Z")]  # 90s, 20m, 1h
 
 
@@ -41,11 +47,12 @@ class _Strict(Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=Tr
 
 
 class Resources(_Strict):
-    nodes: Annotated[Count, Meta(description="nodes of the job; one torchrun on each")] = 1
-    gpus_per_node: Annotated[NonNeg, Meta(description=(
+    nodes: Annotated[Annotated[int, Meta(ge=1, le=100_000)], Meta(description=(
+            "nodes of the job; one torchrun on each"))] = 1
+    gpus_per_node: Annotated[Annotated[int, Meta(ge=0, le=4096)], Meta(description=(
             "GPUs per node; every rank sees all of them and the bootstrap pins "
             "cuda:LOCAL_RANK"))] = 0
-    procs_per_node: Annotated[Count | None, Meta(description=(
+    procs_per_node: Annotated[Annotated[int, Meta(ge=1, le=4096)] | None, Meta(description=(
             "ranks per node; null: gpus_per_node, or 1 without GPUs"))] = None
     cpus_per_proc: Annotated[Count | None, Meta(description=(
             "CPUs per rank (--cpus-per-task = ranks x this); null: the library's "
@@ -83,7 +90,7 @@ class Launcher(_Strict):
     collective_timeout: Annotated[Seconds | None, Meta(description=(
             "default timeout in seconds of every process group (NCCL/gloo) "
             "collective; null: torch's"))] = None
-    monitor_interval: Annotated[Annotated[float, Meta(gt=0)] | None, Meta(description=(
+    monitor_interval: Annotated[Annotated[float, Meta(gt=0, le=3600)] | None, Meta(description=(
             "seconds between torchrun's checks on its worker processes; null: "
             "torchrun's"))] = None
     preflight: Annotated[bool | None, Meta(description=(
@@ -220,6 +227,10 @@ class IdleGpus(_Strict):
     for_: Annotated[Union[Seconds, Duration], Meta(description=(
             "for this long (seconds, or 90s, 20m, 1h): then the run saves and ends"))] = field(
                 default="20m", name="for")
+
+    def __post_init__(self):
+        if self.seconds > MAX_SECONDS:  # "9999999h" fits the pattern
+            raise ValueError(f"'for' is {self.for_}, longer than {MAX_SECONDS} s (23 days)")
 
     @property
     def seconds(self) -> int:

@@ -13,7 +13,7 @@ and the facts that make it concrete, each from one more query asked only while s
 
 A reason this module does not know is shown as Slurm wrote it (category "other"), never hidden.
 Everything read from Slurm is untrusted text: each value is cut to a bound and stripped of
-control characters before it is shown or stored (clean()).
+control characters before it is shown or stored (rank/printable.py clean()).
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ import time
 
 from .. import commands
 from . import reservations
-from .reservations import clean, when
+from ...rank.printable import clean
+from .reservations import when
 
 # category -> (what it means, what helps). {...} fields are filled in by explain().
 WHY = {

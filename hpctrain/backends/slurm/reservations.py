@@ -5,7 +5,7 @@ does not start before the maintenance: Slurm keeps it pending ("ReqNodeNotAvail,
 maintenance") until the reservation ends, and a job of a reservation that recurs with gaps
 shorter than its time limit never starts at all. `collision()` says so at submit, with the
 longest `resources.time` that fits, from `scontrol -o show reservation` and the partition's nodes
-(`scontrol -o show partition`). Everything read is untrusted text (pending.clean).
+(`scontrol -o show partition`). Everything read is untrusted text (rank/printable.py clean).
 """
 from __future__ import annotations
 
@@ -15,19 +15,8 @@ from dataclasses import dataclass, field
 
 from .. import commands
 from ..ssh import hostlist
+from ...rank.printable import clean
 from .records import parse_scontrol_line
-
-_BOUND = 200
-
-
-def clean(value, bound: int = _BOUND) -> str | None:
-    """Untrusted text from squeue/scontrol/sacctmgr, safe to show and store: printable ASCII
-    only, at most `bound` characters; None for nothing."""
-    if value is None:
-        return None
-    text = "".join(c if " " <= c <= "~" else "?" for c in str(value)).strip()
-    return (text[:bound - 3] + "..." if len(text) > bound else text) or None
-
 
 def when(epoch: float | None) -> str | None:
     """An epoch time as local ISO time (minutes), or None for Slurm's "not known"."""
