@@ -56,8 +56,11 @@ class Hostile:
             self.got.append(data)
             if self.mode == "silent":  # reads the request, never answers
                 self.done.wait(10)
-            elif self.mode == "trickle":  # a status line a byte at a time: no socket timeout trips
-                for b in b"HTTP/1.1 200 OK\r\n":
+            elif self.mode == "trickle":  # a byte at a time, without end: no socket timeout trips
+                # (a status line, then header bytes until the client hangs up: a trickle that ended
+                # would close the connection first on a slow machine, and the client see a reset)
+                answer = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: y\r\n" * 1000
+                for b in answer:
                     if self.done.wait(0.05):
                         return
                     conn.sendall(bytes([b]))
