@@ -257,9 +257,11 @@ def send(run_dir: str | None, settings: dict, event: str, info: dict, where: str
         worker = threading.Thread(target=post, daemon=True)
         worker.start()
         worker.join(timeout + min(1.0, timeout / 2))
-        if worker.is_alive():
+        late = worker.is_alive()
+        if late:  # what the cut makes the worker say (a bad status line, a reset) is not the cause
             _cut(conns)
-        result = dict(out[0]) if out else {"ok": False, "error": f"no answer within {timeout:g} s"}
+        result = ({"ok": False, "error": f"no answer within {timeout:g} s"} if late or not out
+                  else dict(out[0]))
         if "error" in result:
             result["error"] = _printable(redact(str(result["error"]), url))[:200]
         entry.update(result)
