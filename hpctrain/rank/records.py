@@ -138,6 +138,8 @@ def _parts(path: str, root: str | None) -> tuple[str, list[str], str]:
 def open_dir(root: str, parts: list[str], create: bool = True) -> int:
     """An open directory fd: `root` (the caller's own path, links followed), then each of
     `parts` below it entered without following a link, made where missing (create)."""
+    if create:
+        os.makedirs(root, exist_ok=True)  # the caller's own path: made as makedirs makes it
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for i, part in enumerate(parts):
@@ -260,9 +262,9 @@ def read_lines(path: str, limit: int = MAX_RECORD, max_line: int = MAX_LINE) -> 
     return [line for line in read_bytes(path, limit).splitlines() if len(line) <= max_line]
 
 
-def read_json(path: str) -> Any:
+def read_json(path: str, limit: int = MAX_RECORD) -> Any:
     try:
-        return json.loads(read_bytes(path).decode("utf-8"))
+        return json.loads(read_bytes(path, limit).decode("utf-8"))
     except UnicodeDecodeError:
         raise RecordError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
@@ -407,13 +409,34 @@ _RANK_FILE = re.compile(r"^rank-(\d+)\.json$")
 _FAILED_FILE = re.compile(r"^rank-(\d+)\.failed\.json$")
 
 
+MAX_RANKS = 65536  # per-rank files of one kind read from one status directory
+MAX_RANK_RECORD = 1 << 20  # one rank's record (an identity, a progress report, a failure)
+MAX_RANK_BYTES = 256 << 20  # all of one kind's records of one status directory together
+
+
 def _rank_files(status_dir: str, pattern: re.Pattern) -> list[tuple[int, str]]:
     try:
         names = os.listdir(status_dir)
     except OSError:
         return []
     out = [(int(m.group(1)), os.path.join(status_dir, n)) for n in names if (m := pattern.match(n))]
-    return sorted(out)
+    return sorted(out)[:MAX_RANKS]
+
+
+def _rank_records(files: list[tuple[int, str]]):
+    """(rank, path, its JSON or the error) of each file, bounded each and all together: forty
+    hard links of one large record cost what the bound allows, not forty times it."""
+    left = MAX_RANK_BYTES
+    for rank, path in files:
+        if left <= 0:
+            return
+        try:
+            data = read_bytes(path, min(MAX_RANK_RECORD, left))
+            left -= len(data)
+            yield rank, path, json.loads(data.decode("utf-8"))
+        except (OSError, RecordError, ValueError, RecursionError) as exc:
+            yield rank, path, exc if isinstance(exc, (OSError, RecordError)) else \
+                RecordError(f"{path}: not valid JSON or UTF-8 text")
 
 
 def identity_path(status_dir: str, rank: int) -> str:
@@ -433,10 +456,11 @@ def read_identities(directory: str) -> list[RankIdentity]:
     """Every rank that started in this run (or sweep task) directory, by rank. Files being
     replaced or that are corrupt are left out: a rank's identity is a hint, not a verdict."""
     out = []
-    for _, path in _rank_files(os.path.join(directory, "status"), _RANK_FILE):
+    for _, path, data in _rank_records(_rank_files(os.path.join(directory, "status"), _RANK_FILE)):
         try:
-            out.append(_build(RankIdentity, read_json(path), path))
-        except (OSError, RecordError):
+            if not isinstance(data, Exception):
+                out.append(_build(RankIdentity, data, path))
+        except RecordError:
             continue
     return out
 
@@ -459,9 +483,11 @@ def read_rank_failures(run_dir: str, tasks: bool = True) -> list[RankFailure]:
     out = []
     dirs = _status_dirs(run_dir) if tasks else [(None, os.path.join(run_dir, "status"))]
     for task, status_dir in dirs:
-        for rank, path in _rank_files(status_dir, _FAILED_FILE):
+        for rank, path, data in _rank_records(_rank_files(status_dir, _FAILED_FILE)):
             try:
-                failure = _build(RankFailure, read_json(path), path)
+                if isinstance(data, Exception):
+                    raise data
+                failure = _build(RankFailure, data, path)
             except (OSError, RecordError) as exc:
                 failure = RankFailure(rank=rank, node="?", exit_status=1, error=f"unreadable: {exc}")
             failure.task = task
@@ -520,10 +546,12 @@ def read_progress(directory: str) -> list[Progress]:
     """Every rank's newest progress in this run (or sweep task) directory, by rank; files being
     replaced or damaged are left out (progress is a report, not a verdict)."""
     out = []
-    for _, path in _rank_files(os.path.join(directory, "status"), _PROGRESS_FILE):
+    for _, path, data in _rank_records(_rank_files(os.path.join(directory, "status"),
+                                                    _PROGRESS_FILE)):
         try:
-            out.append(_build(Progress, read_json(path), path))
-        except (OSError, RecordError):
+            if not isinstance(data, Exception):
+                out.append(_build(Progress, data, path))
+        except RecordError:
             continue
     return out
 
