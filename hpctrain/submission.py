@@ -307,12 +307,11 @@ def submit_prepared(prep: Prepared, source=None, warned: list[str] | None = None
 
 def _max_excluded(run: Run) -> int:
     """preemption.max_excluded_nodes of the run's job (its resolved job.yaml)."""
-    import yaml
+    from .runs.untrusted import job_doc
     from .schema.spec import Preemption
-    try:
-        data = yaml.safe_load((run.path / "job.yaml").read_text()) or {}
-        value = (data.get("preemption") or {}).get("max_excluded_nodes")
-    except (OSError, yaml.YAMLError, AttributeError):
+    try:  # a regular file, bounded (a FIFO there must not hang submit --resume)
+        value = (job_doc(run.path).get("preemption") or {}).get("max_excluded_nodes")
+    except (HpctrainError, AttributeError):
         value = None
     return value if isinstance(value, int) and value >= 0 else Preemption().max_excluded_nodes
 

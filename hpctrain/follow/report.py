@@ -4,7 +4,7 @@ From the run's records: each node's samples (usage/NODE.jsonl, rank/sampler.py),
 the head node recorded at each attempt's start (status/allocation-JOB-ATTEMPT.json, from
 `scontrol show job`), `sacct` where the cluster keeps accounting, and the ranks' progress
 (follow/progress.py). Everything read from the run directory is untrusted: regular files only,
-each bounded, and at most MAX_SAMPLES samples per node file.
+each bounded, and at most MAX_SAMPLES samples per run (or sweep task) directory.
 
     GPU-hours allocated   per attempt: GPUs allocated x the attempt's elapsed time (sacct's
                           AllocTRES x Elapsed; else the scontrol record's GPUs; else the GPUs the
@@ -29,11 +29,11 @@ from ..rank.printable import shown
 from ..rank.records import RankIdentity, read_identities
 from ..rank.sampler import _file_node
 from ..runs.records import Run
-from ..runs.untrusted import open_regular, read_regular
+from ..runs.untrusted import Budget, read_lines, read_regular, writing
 from .progress import of_directory
 
-MAX_SAMPLES = 500_000  # samples read per node file
-MAX_USAGE_BYTES = 256 << 20  # bytes read per node file
+MAX_SAMPLES = 500_000  # samples read per run (or sweep task) directory, all nodes together
+MAX_USAGE_BYTES = 256 << 20  # bytes read per run (or sweep task) directory
 MAX_NODES = 4096
 MAX_ATTEMPTS = 1000
 _NODE_FILE = re.compile(r"[A-Za-z0-9._-]{1,200}\.jsonl")
@@ -143,32 +143,36 @@ def _int(v, hi: int, lo: int = 0) -> int | None:
     return v if type(v) is int and lo <= v <= hi else None
 
 
-def read_usage(directory: str) -> dict[str, list[dict]]:
-    """node -> its sampler's lines (dicts), in order; damaged lines left out."""
+def read_usage(directory: str, budget: Budget | None = None) -> dict[str, list[dict]]:
+    """node -> its sampler's lines (dicts), in order; damaged lines left out. Bounded for the
+    whole directory, not per file (budget: MAX_USAGE_BYTES and MAX_SAMPLES in all), each line
+    too (read_lines): forty hard links of one large file cost what one does, a file with no
+    newline costs one line's bound."""
     usage = os.path.join(directory, "usage")
     try:
         names = sorted(n for n in os.listdir(usage) if _NODE_FILE.fullmatch(n))[:MAX_NODES]
     except OSError:
         return {}
+    budget = budget or Budget(MAX_USAGE_BYTES, MAX_NODES)
     out: dict[str, list[dict]] = {}
+    samples = 0
     for name in names:
         lines: list[dict] = []
         try:
-            with open_regular(os.path.join(usage, name)) as f:
-                read = 0
-                for raw in f:
-                    read += len(raw)
-                    if read > MAX_USAGE_BYTES or len(lines) >= MAX_SAMPLES:
-                        break
-                    try:
-                        rec = json.loads(raw)
-                    except ValueError:
-                        continue
-                    if isinstance(rec, dict):
-                        lines.append(rec)
+            for raw in read_lines(os.path.join(usage, name), budget, MAX_USAGE_BYTES,
+                                  max_lines=MAX_SAMPLES - samples):
+                try:
+                    rec = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict):
+                    lines.append(rec)
         except OSError:
-            continue
+            pass  # what was read before the bound or the error is kept
+        samples += len(lines)
         out[name[:-len(".jsonl")]] = lines
+        if samples >= MAX_SAMPLES:
+            break
     return out
 
 
@@ -374,6 +378,9 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
 
 def report(run: Run, out: str | None = None) -> Report:
     rec = run.record
+    if out is not None:  # a format matplotlib cannot write is refused before the work
+        from .plot import figure_path
+        figure_path(out, run.path, "usage.png")
     path = str(run.path)
     if rec.array_size:
         tasks = [directory_report(os.path.join(path, "tasks", str(i)), run.id, rec.name, i, run)
@@ -428,9 +435,8 @@ def draw(result: Report, run_path: str, out: str | None) -> str | None:
         from matplotlib.figure import Figure
     except ImportError:
         return None
-    path = os.path.abspath(out or os.path.join(run_path, "plots", "usage.png"))
-    if os.path.isdir(path):
-        path = os.path.join(path, "usage.png")
+    from .plot import figure_path
+    path, fmt, root = figure_path(out, run_path, "usage.png")
     t0 = min(min(xs) for xs, _ in series.values())
     fig = Figure(figsize=(8, 3.6), layout="constrained")
     FigureCanvasAgg(fig)
@@ -446,11 +452,8 @@ def draw(result: Report, run_path: str, out: str | None) -> str | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title(f"{result.name}  ({result.run_id})", fontsize=10)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fig.savefig(path, dpi=100, format="png")
-    except OSError as exc:
-        raise HpctrainError(f"cannot write {path}: {exc.strerror}", fix="give a writable --out PATH") from None
+    from .plot import save
+    save(fig, path, fmt, root)
     return path
 
 

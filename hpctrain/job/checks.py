@@ -438,16 +438,16 @@ def local_gpus(environ=None) -> tuple[int | None, str]:
     smi = shutil.which("nvidia-smi", path=env.get("PATH"))
     if smi is None:
         return 0, "no nvidia-smi on PATH"
-    try:
-        # Its bytes are the tool's: not UTF-8 is still an answer (a count of "GPU N:" lines).
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, errors="replace",
-                             timeout=30)
+    from ..rank import tools
+    try:  # bounded: an nvidia-smi that prints without end is stopped at the cap
+        out = tools.run([smi, "-L"], timeout=30, limit=1 << 20)
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"nvidia-smi -L failed: {exc}"
+    stdout = out.stdout.decode("utf-8", "replace")
     if out.returncode != 0:
-        said = clean(" ".join((out.stdout + out.stderr).split()))
+        said = clean(" ".join((stdout + out.stderr.decode("utf-8", "replace")).split()))
         return 0, f"nvidia-smi -L failed (exit {out.returncode}): {said or 'no output'}"
-    count = sum(1 for line in out.stdout.splitlines() if re.match(r"GPU \d+: ", line))
+    count = sum(1 for line in stdout.splitlines() if re.match(r"GPU \d+: ", line))
     return count, "nvidia-smi -L"
 
 

@@ -72,7 +72,7 @@ def verdict(run_dir: str, max_excluded: int) -> int:
     try:
         write_json(os.path.join(run_dir, "status", "slow.json"),
                    {"time": now(), "factor": cfg["factor"], "window": cfg["window"],
-                    "job_id": os.environ.get("HPCTRAIN_JOB_ID"), "ranks": slow})
+                    "job_id": os.environ.get("HPCTRAIN_JOB_ID"), "ranks": slow}, root=run_dir)
     except OSError:
         pass
     for s in slow:

@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ...errors import HpctrainError
+from ...rank import tools
 from ...runs.records import Run
 from .. import commands
 from ..ssh import openssh
@@ -258,7 +259,7 @@ class Login:
 
     def _rsync(self, command: list[str], data: bytes, timeout: float, far: str) -> None:
         try:
-            proc = subprocess.run(command, input=data, capture_output=True, timeout=timeout)
+            proc = tools.run(command, timeout, input=data)
         except FileNotFoundError:
             raise HpctrainError("'rsync' is not installed here; submitting through a login node "
                                 "copies the code with it",
@@ -267,6 +268,8 @@ class Login:
         except subprocess.TimeoutExpired:
             raise SchedulerError(command[:1], None, f"rsync with {self.host} did not finish "
                                  f"within {timeout:.0f} s") from None
+        except OSError as exc:
+            raise SchedulerError(command[:1], None, f"rsync with {self.host}: {exc}") from None
         if proc.returncode == 0:
             return
         said = " ".join(proc.stderr.decode(errors="replace").split())

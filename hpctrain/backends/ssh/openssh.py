@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ...errors import HpctrainError
+from ...rank import tools
 from ..commands import SchedulerError
 
 HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
@@ -251,13 +252,14 @@ class Ssh:
             timeout: float = 120) -> Result:
         command = self.command(host, remote)
         try:
-            proc = subprocess.run(command, input=input if input is not None else b"",
-                                  capture_output=True, timeout=timeout)
+            proc = tools.run(command, timeout, input=input if input is not None else b"")
         except FileNotFoundError:
             raise SchedulerError(command[:1], None, "'ssh' is not installed here",
                                  fix="install OpenSSH's client (Debian: openssh-client)") from None
         except subprocess.TimeoutExpired:
             return Result(host, 255, "", f"ssh to {host} did not finish within {timeout:.0f} s")
+        except OSError as exc:  # it printed without end (tools.ToolOutputTooLarge), or no fork
+            return Result(host, 255, "", f"ssh to {host}: {exc}")
         return Result(host, proc.returncode, proc.stdout.decode(errors="replace"),
                       proc.stderr.decode(errors="replace"))
 
@@ -285,13 +287,14 @@ class Ssh:
         else:
             command += [near, far]
         try:
-            proc = subprocess.run(command, capture_output=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
+            proc = tools.run(command, timeout)
         except FileNotFoundError:
             raise HpctrainError("'rsync' is not installed here, and the site says sync: rsync",
                                 fix="install rsync (Debian: rsync), here and on every host") from None
         except subprocess.TimeoutExpired:
             return Result(host, 255, "", f"rsync with {host} did not finish within {timeout:.0f} s")
+        except OSError as exc:
+            return Result(host, 255, "", f"rsync with {host}: {exc}")
         return Result(host, proc.returncode, proc.stdout.decode(errors="replace"),
                       proc.stderr.decode(errors="replace"))
 
