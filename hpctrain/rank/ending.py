@@ -159,7 +159,7 @@ def stopped(run_dir: str, sig: str, status: int, started: float = 0.0) -> int:
     message = f"(SIG{sig}){where}, {what}; continue with: hpctrain submit --resume {run_dir}"
     write_json(os.path.join(run_dir, "status", "stopped.json"),
                {"signal": sig, "step": step, "saved": saved, "exit_status": status,
-                "message": message, "time": time.time()})
+                "message": message, "time": time.time()}, root=run_dir)
     print(f"STOPPED {message}")
     return 0
 

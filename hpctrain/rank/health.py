@@ -38,6 +38,8 @@ import subprocess
 import sys
 import time
 
+from . import tools
+
 # Only what the gate checks (each field's real H100 value is in
 # tests/fixtures/nvidia-smi/nvidia-smi-h100.txt): a field a driver renames must not fail a node.
 GPU_FIELDS = ("index,uuid,name,pci.bus_id,driver_version,memory.total,memory.used,"
@@ -70,11 +72,12 @@ def _query_tool(args: list[str], timeout: float, tool: str = "nvidia-smi",
                 env: dict | None = None) -> tuple[int, str]:
     """(exit status, output) of TOOL ARGS, the GPU tools the gate reads (nvidia-smi, dcgmi, the
     CUDA probe), bounded; 124 when it did not answer in time."""
-    try:
-        proc = subprocess.run([tool, *args], stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=timeout, env=env)
+    try:  # read as it comes and capped (rank/tools.py): a tool printing without end is stopped
+        proc = tools.run([tool, *args], timeout=timeout, limit=MAX_OUTPUT, env=env)
     except subprocess.TimeoutExpired:
         return 124, f"{tool} did not answer within {timeout:g} s"
+    except tools.ToolOutputTooLarge as exc:
+        return 125, str(exc)
     except OSError as exc:
         return 127, f"{tool} could not run: {exc}"
     out = (proc.stdout[:MAX_OUTPUT] + proc.stderr[:4096]).decode("utf-8", "replace")
@@ -363,8 +366,7 @@ def record(run_dir: str, verdict: dict) -> None:
     from .records import write_json
     path = record_path(run_dir, verdict["node"])
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_json(path, verdict)
+        write_json(path, verdict, root=run_dir)
     except OSError:
         pass
 

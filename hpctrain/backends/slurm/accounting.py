@@ -10,7 +10,8 @@ from .. import commands
 
 def _seconds(text: str) -> float | None:
     """sacct's TotalCPU / Elapsed: [D-]HH:MM:SS[.mmm] or MM:SS.mmm."""
-    m = re.fullmatch(r"(?:([0-9]+)-)?(?:([0-9]+):)?([0-9]+):([0-9]+(?:\.[0-9]+)?)", text.strip())
+    m = re.fullmatch(r"(?:([0-9]{1,6})-)?(?:([0-9]{1,9}):)?([0-9]{1,9}):([0-9]{1,9}(?:\.[0-9]{1,9})?)",
+                     text.strip())
     if not m:
         return None
     d, h, mi, s = m.groups()
@@ -18,7 +19,7 @@ def _seconds(text: str) -> float | None:
 
 
 def _mib(text: str) -> float | None:
-    m = re.fullmatch(r"([0-9.]+)([KMGT]?)", text.strip())
+    m = re.fullmatch(r"([0-9]{1,15}(?:\.[0-9]{1,9})?)([KMGT]?)", text.strip())
     if not m:
         return None
     return float(m.group(1)) * {"": 1 / 1048576, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1 << 20}[m.group(2)]
@@ -44,10 +45,11 @@ def accounting(job_ids: list[str]) -> dict[str, dict] | None:
         base = job.split(".")[0]
         entry = found.setdefault(base, {"max_rss_mib": None})
         if "." not in job:  # the allocation itself
-            gpus = re.search(r"gres/gpu=([0-9]+)", tres)
+            # Bounded counts (sacct's output is untrusted text): a longer number is not one.
+            gpus = re.search(r"gres/gpu=([0-9]{1,7})(?![0-9])", tres)
             entry.update(gpus=int(gpus.group(1)) if gpus else 0,
-                         elapsed_s=float(elapsed) if elapsed.isdigit() else None,
-                         cpus=int(cpus) if cpus.isdigit() else None,
+                         elapsed_s=float(elapsed) if re.fullmatch(r"[0-9]{1,11}", elapsed) else None,
+                         cpus=int(cpus) if re.fullmatch(r"[0-9]{1,8}", cpus) else None,
                          total_cpu_s=_seconds(total))
         rss_mib = _mib(rss) if rss else None
         if rss_mib is not None:
