@@ -84,6 +84,8 @@ class Backend(abc.ABC):
     # What the scheduler can do for a job, which the plan and the checks ask instead of its name.
     max_nodes: ClassVar[int | None] = None  # None: as many as the site allows
     preemption: ClassVar[bool] = False  # signals ahead of the time limit, and requeue
+    # Why resources.spare_nodes cannot work here; "" where the batch shell swaps in spares.
+    no_spares: ClassVar[str] = "only a Slurm allocation holds spare nodes"
     # How often `submit --wait` and Handle.wait() ask for the state: (first, longest) seconds;
     # the interval grows from the first to the longest while nothing changes (follow/status.py).
     poll: ClassVar[tuple[float, float]] = (1.0, 30.0)

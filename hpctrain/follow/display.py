@@ -184,6 +184,8 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
         lines.append(f"slow      {slow_text(s)}")
     for e in st.excluded:
         lines.append(f"excluded  {e['node']}: {e['reason']}: {e['message'][:200]}")
+    for r in st.replacements:
+        lines.append(replacement_text(r))
     if ranks:
         for p in st.progress:
             lines.append("")
@@ -200,6 +202,16 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
             lines.append(f"  {where}rank {f['rank']} on {f['node']} exit {f['exit_status']}: "
                          f"{f['error']}")
     return shown("\n".join(lines))
+
+
+def replacement_text(r: dict) -> str:
+    """'replaced   attempt 2 of job 12: node3 out, node4 in (preflight failure, excluding
+    node3); training again 41 s after the failure'."""
+    back = (f"training again {r['back_s']:.0f} s after the failure" if r["back_s"] is not None
+            else "not training again yet")
+    return (f"replaced  attempt {r['attempt'] % 100 + 1} of job {r['job_id'] or '?'}: "
+            f"{', '.join(r['out']) or '?'} out, {', '.join(r['in']) or '?'} in "
+            f"({r['why'][:200]}); {back}")
 
 
 def _state_word(state: JobState) -> str:

@@ -16,6 +16,7 @@ from ..errors import HpctrainError
 from . import startup
 from .progress import TrainingProgress, of_run
 from ..rank import slow
+from ..rank.spares import read_replacements
 from ..rank.records import read_excluded, read_job_failure, read_job_failures, read_rank_failures
 from ..runs.records import Run, add_to_index, being_submitted, indexed
 
@@ -49,6 +50,9 @@ class RunStatus(msgspec.Struct, kw_only=True):
     # The run's earlier attempts that failed (status/failures.jsonl), oldest first: each
     # {attempt, job_id, reason, message, without (the nodes its requeue left out)}.
     history: list[dict] = []
+    # Nodes a spare replaced inside the allocation (rank/spares.py), oldest first: each
+    # {job_id, attempt, out, in, why, back_s (from the failure to the next first step)}.
+    replacements: list[dict] = []
 
     def to_json(self) -> dict:
         d = msgspec.to_builtins(self)
@@ -122,6 +126,7 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
     failure = read_job_failure(str(run.path))
     progress = of_run(str(run.path), rec.array_size)
     excluded = read_excluded(str(run.path))
+    attempts = startup.attempts(str(run.path), rec.submitted)
     return RunStatus(run_id=run.id, name=rec.name, site=rec.site, backend=rec.backend,
                      job=str(rec.job_id), path=str(run.path), submitted=rec.submitted,
                      nodes=rec.nodes, ranks_per_node=rec.procs_per_node, state=state,
@@ -134,7 +139,20 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
                                 "time": e.time} for e in excluded],
                      history=_history(str(run.path), excluded),
                      jobs=[str(j) for j in rec.jobs],
-                     startup=startup.attempts(str(run.path), rec.submitted))
+                     startup=attempts, replacements=replacements(str(run.path), attempts))
+
+
+def replacements(run_dir: str, attempts: list[dict]) -> list[dict]:
+    """Each in-allocation replacement, with the seconds from the failure to the first progress
+    report of the attempt it started (None while that attempt has not reported one)."""
+    first = {(a["job_id"], a["attempt"]): a["first_step"] for a in attempts}
+    out = []
+    for r in read_replacements(run_dir):
+        step = first.get((r["job_id"], r["attempt"]))
+        back = round(step - r["failed_at"], 1) if step and step >= r["failed_at"] else None
+        out.append({"job_id": r["job_id"], "attempt": r["attempt"], "out": r["out"],
+                    "in": r["in"], "why": r["why"], "back_s": back})
+    return out
 
 
 def _history(run_dir: str, excluded: list) -> list[dict]:

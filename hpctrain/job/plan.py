@@ -68,6 +68,8 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     # The interpreter for hpctrain's own stdlib-only helpers on the host (the failure record,
     # the node preflight): the job's python, or the site's host_python with a container.
     host_python: list[str] = []
+    # resources.spare_nodes: idle nodes of the allocation that replace a blamed one (rank/spares.py)
+    spare_nodes: int = 0
     hang_timeout: int | None = None  # launcher.hang_timeout: the watcher's (rank/watch.py)
     # notify: {url_from, format, events}: the events the job itself sends (rank/notify.py);
     # None when the job has no notify: section or `submit --wait --notify` sends them instead.
@@ -107,7 +109,7 @@ def directive_table(job: Job, run_dir: str, preempt: dict | None) -> list[tuple[
     spec, site, r = job.spec, job.site, job.spec.resources
     d: list[tuple[str, str | None]] = [
         ("job-name", spec.name),
-        ("nodes", str(r.nodes)),
+        ("nodes", str(r.nodes + r.spare_nodes)),  # the spares are in the allocation, idle
         ("ntasks-per-node", "1"),  # one torchrun per node; it starts the ranks
         ("cpus-per-task", str(procs_per_node(spec) * r.cpus_per_proc)),
     ]
@@ -120,6 +122,8 @@ def directive_table(job: Job, run_dir: str, preempt: dict | None) -> list[tuple[
             d.append((key.replace("_", "-"), str(value)))
     if r.exclusive:
         d.append(("exclusive", None))
+    if r.spare_nodes:
+        d.append(("no-kill", None))  # a node's failure leaves the allocation (and its spares)
     d.append(("output", f"{run_dir}/logs/slurm-%j.out"))
     d.append(("open-mode", "append"))  # a requeued run keeps appending to the same log
     d += preemption_directives(preempt)
@@ -256,7 +260,7 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
         bootstrap=bootstrap, warnings=job.warnings, preemption=preempt,
         preflight_timeout=preemption.preflight_timeout(job),
         container=container, host_python=host_python,
-        hang_timeout=spec.launcher.hang_timeout,
+        hang_timeout=spec.launcher.hang_timeout, spare_nodes=spec.resources.spare_nodes,
         notify=({"url_from": spec.notify.url_from, "format": spec.notify.format,
                  "events": list(spec.notify.events)}
                 if spec.notify is not None and job.notify_from_job else None),

@@ -49,6 +49,10 @@ class _Strict(Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=Tr
 class Resources(_Strict):
     nodes: Annotated[Annotated[int, Meta(ge=1, le=100_000)], Meta(description=(
             "nodes of the job; one torchrun on each"))] = 1
+    spare_nodes: Annotated[Annotated[int, Meta(ge=0, le=64)], Meta(description=(
+            "idle nodes beside `nodes` in the same allocation (Slurm): a node a "
+            "failure blames is replaced by one at once, without a requeue; each "
+            "costs its time like a working node"))] = 0
     gpus_per_node: Annotated[Annotated[int, Meta(ge=0, le=4096)], Meta(description=(
             "GPUs per node; every rank sees all of them and the bootstrap pins "
             "cuda:LOCAL_RANK"))] = 0
@@ -202,8 +206,8 @@ class Sweep(_Strict):
             "array tasks running at once (%K); null: the site's array_parallelism"))] = None
 
 
-NotifyEvent = Literal["start", "preempted", "requeued", "hang", "node_excluded", "completed",
-                      "failed", "stopped"]
+NotifyEvent = Literal["start", "preempted", "requeued", "hang", "node_excluded",
+                      "node_replaced", "completed", "failed", "stopped"]
 
 
 class Notify(_Strict):
@@ -216,7 +220,7 @@ class Notify(_Strict):
             "Discord's"))] = "json"
     events: Annotated[list[NotifyEvent], Meta(description=(
             "the events sent: start, preempted, requeued, hang, node_excluded, "
-            "completed, failed, stopped"))] = field(default_factory=lambda: list(
+            "node_replaced, completed, failed, stopped"))] = field(default_factory=lambda: list(
                 NotifyEvent.__args__))
 
 

@@ -81,6 +81,11 @@ MATRIX = {
     "cluster-2x1-notify-hang": ("localcluster", {
         "resources": {"nodes": 2}, "launcher": {"hang_timeout": 300},
         "notify": {"url_from": "HOOK_URL", "format": "ntfy"}}),
+    # resources.spare_nodes (issue 43): nodes + K allocated, each attempt on named nodes.
+    "cluster-2x1-spare-notify-hang": ("localcluster", {
+        "resources": {"nodes": 2, "spare_nodes": 1, "gpus_per_node": 1},
+        "launcher": {"hang_timeout": 300}, "health": {"enabled": True},
+        "notify": {"url_from": "HOOK_URL", "format": "ntfy"}}),
     # Sweeps: one job array (Slurm) or K at a time on this machine.
     "cluster-sweep": ("localcluster", {"sweep": {"grid": {"env.LR": ["0.1", "0.01"]},
                                                  "seeds": [1, 2], "parallel": 3}}),

@@ -48,6 +48,7 @@ class SlurmBackend(Backend):
     name = "slurm"
     script_name = "job.sbatch"
     preemption = True
+    no_spares = ""  # nodes + spares allocated, --no-kill (templates/slurm/requeue.sh.j2)
     writes_directives = True
     container_runtimes = ("apptainer", "singularity", "pyxis", "podman", "docker")
     dependencies = True
