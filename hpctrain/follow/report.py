@@ -13,7 +13,8 @@ each bounded, and at most MAX_SAMPLES samples per run (or sweep task) directory.
     per GPU / per rank    mean and 10th-percentile utilization (nearest rank), memory peak
                           against the GPU's total, mean power; a CPU node's ranks: CPU % and RSS
     time lost             between attempts (a requeue, a preemption), and before each attempt's
-                          first training step (start, rendezvous, loading)
+                          first training step (start, rendezvous, loading); a node swapped for
+                          a spare (status/replacements.jsonl): failure to training again
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from ..rank.sampler import _file_node
 from ..runs.records import Run
 from ..runs.untrusted import Budget, read_lines, read_regular, writing
 from .progress import of_directory
+from .startup import attempts as startup_attempts, replacements
 
 MAX_SAMPLES = 500_000  # samples read per run (or sweep task) directory, all nodes together
 MAX_USAGE_BYTES = 256 << 20  # bytes read per run (or sweep task) directory
@@ -93,6 +95,10 @@ class Report(msgspec.Struct, kw_only=True):
     value: float | None = None
     lost_between_attempts_s: float = 0.0
     lost_before_first_step_s: float = 0.0
+    # resources.spare_nodes: nodes swapped inside the allocation (rank/spares.py), and the
+    # seconds from each failure to training again, summed (those not training again: none).
+    replacements: int = 0
+    lost_to_replacements_s: float = 0.0
     cpu_efficiency: float | None = None  # CPU time / (CPUs allocated x elapsed)
     max_rss_mib: float | None = None
     cpu_source: str = "none"  # accounting | samples | none
@@ -325,6 +331,9 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
     report.lost_between_attempts_s = sum(max(0.0, b.start - a.end)
                                          for a, b in zip(report.attempts, report.attempts[1:]))
     report.lost_before_first_step_s = sum(a.first_step_s or 0.0 for a in report.attempts)
+    swaps = replacements(directory, startup_attempts(directory))
+    report.replacements = len(swaps)
+    report.lost_to_replacements_s = sum(r["back_s"] or 0.0 for r in swaps)
 
     for (node, index), utils in sorted(gpu_util.items()):
         info = gpu_info.get((node, index), {})
@@ -483,6 +492,9 @@ def text(r: Report) -> str:
                      f"[{a.gpus_source}], first step after {first}")
     lines.append(f"  time lost: {_h(r.lost_between_attempts_s)} between attempts, "
                  f"{_h(r.lost_before_first_step_s)} before first steps")
+    if r.replacements:
+        lines.append(f"  node replacements: {r.replacements} (spare nodes, no requeue), "
+                     f"{_h(r.lost_to_replacements_s)} from the failures to training again")
     if r.steps_per_s is not None:
         lines.append(f"  training: step {r.step}, {r.steps_per_s:.3f} steps/s"
                      + (f", {r.metric} {r.value:g}" if r.metric and r.value is not None else ""))

@@ -16,7 +16,6 @@ from ..errors import HpctrainError
 from . import startup
 from .progress import TrainingProgress, of_run
 from ..rank import slow
-from ..rank.spares import read_replacements
 from ..rank.records import read_excluded, read_job_failure, read_job_failures, read_rank_failures
 from ..runs.records import Run, add_to_index, being_submitted, indexed
 
@@ -139,20 +138,8 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
                                 "time": e.time} for e in excluded],
                      history=_history(str(run.path), excluded),
                      jobs=[str(j) for j in rec.jobs],
-                     startup=attempts, replacements=replacements(str(run.path), attempts))
+                     startup=attempts, replacements=startup.replacements(str(run.path), attempts))
 
-
-def replacements(run_dir: str, attempts: list[dict]) -> list[dict]:
-    """Each in-allocation replacement, with the seconds from the failure to the first progress
-    report of the attempt it started (None while that attempt has not reported one)."""
-    first = {(a["job_id"], a["attempt"]): a["first_step"] for a in attempts}
-    out = []
-    for r in read_replacements(run_dir):
-        step = first.get((r["job_id"], r["attempt"]))
-        back = round(step - r["failed_at"], 1) if step and step >= r["failed_at"] else None
-        out.append({"job_id": r["job_id"], "attempt": r["attempt"], "out": r["out"],
-                    "in": r["in"], "why": r["why"], "back_s": back})
-    return out
 
 
 def _history(run_dir: str, excluded: list) -> list[dict]:

@@ -8,7 +8,8 @@ import pytest
 
 from hpctrain.errors import HpctrainError
 from hpctrain.follow.display import replacement_text
-from hpctrain.follow.status import replacements
+from hpctrain.follow.report import directory_report, text
+from hpctrain.follow.startup import replacements
 from hpctrain.job.checks import spare_cost
 from hpctrain.job.load import load_job
 from hpctrain.job.plan import directive_table
@@ -122,3 +123,16 @@ def test_status_shows_each_replacement_and_the_seconds_back_to_training(tmp_path
         "replaced  attempt 2 of job 7: node2 out, node3 in (preflight failure, excluding "
         "node2); training again 41 s after the failure")
     assert replacement_text(got[1]).endswith("not training again yet")
+
+
+def test_report_counts_the_time_the_replacements_lost(tmp_path):
+    phases = tmp_path / "status" / "phases" / "7-1"
+    phases.mkdir(parents=True)
+    (phases / "shell.json").write_text('{"started": "1700000010", "setup": "1700000011"}')
+    (phases / "rank-0.json").write_text('{"rank_start": "1700000020", "first_step": "1700000030.5"}')
+    (tmp_path / "status" / "replacements.jsonl").write_text(json.dumps(
+        {"job_id": "7", "attempt": 1, "out": ["node2"], "in": ["node3"], "why": "hang failure",
+         "failed_at": 1700000000.0}) + "\n")
+    r = directory_report(str(tmp_path), "run", "spares")
+    assert (r.replacements, r.lost_to_replacements_s) == (1, 30.5)
+    assert "  node replacements: 1 (spare nodes, no requeue), " in text(r)
