@@ -173,8 +173,11 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
             lines.append(f"{t.job or str(i):<{job_w}}  " + row[:max(24, WIDTH - 1 - job_w - 2)])
     if st.jobs:
         lines.append(f"earlier   job(s) {', '.join(st.jobs)} (submit --resume)")
+    swapped = {(r["job_id"], n) for r in st.replacements for n in r["out"]}
     for h in st.history:  # the earlier attempts that failed, then this one's state
         then = f"; requeued without {', '.join(h['without'])}" if h["without"] else ""
+        if h["without"] and all((h["job_id"], n) in swapped for n in h["without"]):
+            then = f"; {', '.join(h['without'])} replaced by a spare (no requeue)"
         lines.append(f"attempt {h['attempt']} {h['reason']}: {h['message'][:160]}{then}")
     if st.history:
         lines.append(f"now       {describe(s)}")

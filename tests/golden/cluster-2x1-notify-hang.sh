@@ -37,7 +37,7 @@ archive_failure() {
 NOTIFY_ENDED=""
 notify_event() {  # EVENT [DETAIL]
   local line
-  while IFS= read -r line; do log "$line"; done < <(python "$RUN_DIR/rank" notify "$RUN_DIR" HOOK_URL ntfy start,preempted,requeued,hang,node_excluded,completed,failed,stopped "$@" 2>&1 || true)
+  while IFS= read -r line; do log "$line"; done < <(python "$RUN_DIR/rank" notify "$RUN_DIR" HOOK_URL ntfy start,preempted,requeued,hang,node_excluded,node_replaced,completed,failed,stopped "$@" 2>&1 || true)
 }
 # The run's ending (completed, failed, stopped, hang, preempted and not requeued): sent once.
 notify_end() {  # EVENT [DETAIL]

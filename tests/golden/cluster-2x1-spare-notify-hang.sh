@@ -39,7 +39,7 @@ archive_failure() {
 NOTIFY_ENDED=""
 notify_event() {  # EVENT [DETAIL]
   local line
-  while IFS= read -r line; do log "$line"; done < <(python "$RUN_DIR/rank" notify "$RUN_DIR" HOOK_URL ntfy start,preempted,requeued,hang,node_excluded,completed,failed,stopped "$@" 2>&1 || true)
+  while IFS= read -r line; do log "$line"; done < <(python "$RUN_DIR/rank" notify "$RUN_DIR" HOOK_URL ntfy start,preempted,requeued,hang,node_excluded,node_replaced,completed,failed,stopped "$@" 2>&1 || true)
 }
 # The run's ending (completed, failed, stopped, hang, preempted and not requeued): sent once.
 notify_end() {  # EVENT [DETAIL]
@@ -153,6 +153,21 @@ required_among() {  # NODES
 # nodes, the rendezvous, the launch; the ranks resume from the newest checkpoint), in the same
 # job, without a requeue. Returns when no healthy spare is left: the requeue then leaves the
 # node out. (status/replacements.jsonl records each replacement.)
+# After a failed launch: this attempt's nodes that Slurm took away — gone from the job's node
+# list (--no-kill drops a failed node from the allocation instead of ending the job), or down,
+# drained or not responding (a '*' after the state) — for rank/recovery.py, which blames them
+# (status/nodes-down.txt).
+nodes_down() {
+  local now down
+  now=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null | grep -o ' NodeList=[^ ]*' | cut -d= -f2) || return 0
+  [[ -n "$now" && "$now" != "(null)" ]] || return 0
+  down=$({ comm -23 <(tr ',' '\n' <<<"$CHOSEN" | sort -u) <(scontrol show hostnames "$now" | sort -u)
+           sinfo -h -N -n "$CHOSEN" -o '%N %T' | awk '$2 ~ /[*]$/ || $2 ~ /^(down|drain|fail)/ {print $1}'; } 2>/dev/null | sort -u) || return 0
+  [[ -n "$down" ]] || return 0
+  log "nodes: Slurm reports $(paste -sd, - <<<"$down") down or no longer in the job"
+  printf '%s\n' "$down" >"$RUN_DIR/status/nodes-down.txt"
+}
+
 replace_node() {  # WHY
   local round=$(( SPARE_ROUND + 1 )) said out came
   if said=$(python "$RUN_DIR/rank" spares replace "$RUN_DIR" "$NNODES" "$ALLOCATION" "$round" 1 "$1" 2>&1); then
@@ -301,6 +316,7 @@ export HPCTRAIN_JOB_ID=$SLURM_JOB_ID
 # named (CHOSEN, rank/spares.py: never one a failure blamed), the others stay idle. A spare takes
 # a blamed node's place in a new attempt of this same allocation (requeue.sh.j2: replace_node).
 SPARE_ROUND=${HPCTRAIN_SPARE_ROUND:-0}
+rm -f "$RUN_DIR/status/nodes-down.txt"  # an earlier attempt's (requeue.sh.j2: nodes_down)
 export HPCTRAIN_ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} * 100 + SPARE_ROUND ))  # 100 per requeue, 1 per replacement
 [[ "${SLURM_JOB_NUM_NODES:-}" == "$(( NNODES + 1 ))" ]] || die "the allocation has ${SLURM_JOB_NUM_NODES:-?} node(s), the job was planned for $NNODES + 1 spare(s): render it again with --set resources.nodes=N instead of overriding -N"
 ALLOCATION=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>&1 | paste -sd, -) || die "cannot expand SLURM_JOB_NODELIST='${SLURM_JOB_NODELIST:-}': $ALLOCATION"
@@ -426,6 +442,7 @@ if (( STATUS != 0 )) && PROBLEM=$(cat "$RUN_DIR"/status/preflight-failed-*.txt 2
   die "preflight failed (status $STATUS): $PROBLEM"
 fi
 if (( STATUS != 0 )); then
+  nodes_down
   REASON=ranks
   (( HANGS == 0 )) || REASON=hang
   record_failure "$REASON" "$STATUS"

@@ -13,7 +13,7 @@ from hpctrain.follow.startup import replacements
 from hpctrain.job.checks import spare_cost
 from hpctrain.job.load import load_job
 from hpctrain.job.plan import directive_table
-from hpctrain.rank import spares
+from hpctrain.rank import recovery, spares
 
 BASE = {"name": "spares", "library": "command", "script": "train.py", "python": "python",
         "resources": {"nodes": 2, "spare_nodes": 1, "gpus_per_node": 2, "time": "02:00:00"}}
@@ -136,3 +136,32 @@ def test_report_counts_the_time_the_replacements_lost(tmp_path):
     r = directory_report(str(tmp_path), "run", "spares")
     assert (r.replacements, r.lost_to_replacements_s) == (1, 30.5)
     assert "  node replacements: 1 (spare nodes, no requeue), " in text(r)
+
+
+def test_nodes_slurm_reports_down_are_blamed_for_the_ranks_failure(tmp_path):
+    (tmp_path / "status").mkdir()
+    assert recovery.blamed_nodes(str(tmp_path), "ranks", []) == []
+    (tmp_path / "status" / "nodes-down.txt").write_text("node2\n$(reboot)\nnode2\nnode4\n")
+    assert recovery.blamed_nodes(str(tmp_path), "ranks", []) == ["node2", "node4"]
+
+
+def test_an_attempt_whose_node_a_spare_replaced_does_not_claim_a_requeue():
+    from hpctrain.backends.base import JobState, State
+    from hpctrain.follow.display import format_status
+    from hpctrain.follow.status import RunStatus
+    history = [{"attempt": 1, "job_id": "7", "reason": "ranks", "message": "lost node2",
+                "without": ["node2"]}]
+    swap = {"job_id": "7", "attempt": 1, "out": ["node2"], "in": ["node3"], "why": "ranks failure",
+            "back_s": 5.0}
+    st = RunStatus(run_id="r", name="n", site="s", backend="slurm", job="7", path="/x",
+                   submitted=None, nodes=2, ranks_per_node=1, state=JobState(State.COMPLETED),
+                   history=history, replacements=[swap])
+    text = format_status(st)
+    assert "attempt 1 ranks: lost node2; node2 replaced by a spare (no requeue)" in text
+    assert "requeued" not in text
+    assert format_status(msgspec_replace(st, replacements=[])).count("requeued without node2") == 1
+
+
+def msgspec_replace(st, **changes):
+    import msgspec
+    return msgspec.structs.replace(st, **changes)
