@@ -264,7 +264,7 @@ def test_shellcheck_clean(case, site_dir, home, shellchecked):
 # `hpctrain shell`'s rcfile and interactive launch (hpctrain/interactive.py), reviewed as the
 # batch scripts are: tests/golden/<case>.shell.sh and <case>.launch.sh.
 SHELL_CASES = ["cluster-2x2", "apptainer-2x4-gpus-secrets", "podman-cluster-2x2", "pyxis-2x4-gpus",
-               "local-1x2", "ssh-2x2"]
+               "local-1x2", "ssh-2x2", "cluster-2x1-spare-notify-hang"]
 # On an ssh site the shell's `hpctrain launch` runs the job script itself as its batch shell.
 LAUNCH_IS_THE_JOB_SCRIPT = {"ssh-2x2"}
 
