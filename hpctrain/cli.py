@@ -46,7 +46,7 @@ def cmd_validate(args) -> int:
     from .backends import backend_class
     p, spec = prep.plan, prep.job.spec
     scheduler = backend_class(p.backend)
-    head = {"nodename": scheduler.head_node,
+    head = {"nodename": "first node chosen for the attempt" if p.spare_nodes else scheduler.head_node,
             "suffix": f"first node + '{p.head_suffix}'",
             "interface": f"first node's IPv4 on {p.head_interface}"}[p.head_mode]
     port = (str(p.port_fixed) if p.port_fixed else

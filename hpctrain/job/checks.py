@@ -157,6 +157,13 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
         _preemption(spec, where)
     if spec.resources.spare_nodes:
         _spares(spec, site, scheduler, where)
+        if spec.resources.spare_nodes > spec.preemption.max_excluded_nodes:
+            # A spare replaces only a node the run leaves out (rank/recovery.py's cap).
+            warnings.append(
+                f"{where(('resources', 'spare_nodes'))}: {spec.resources.spare_nodes} spare(s) but "
+                f"preemption.max_excluded_nodes={spec.preemption.max_excluded_nodes}: a spare takes "
+                "only the place of a node left out, so at most "
+                f"{spec.preemption.max_excluded_nodes} can be used; raise max_excluded_nodes")
     if scheduler.writes_directives:
         _directive_values(spec, site, where)
         from .sbatch_options import check as check_options
@@ -343,12 +350,12 @@ def spare_cost(spec: JobSpec) -> str:
     r = spec.resources
     hours = slurm_seconds(r.time) / 3600
     total = r.nodes + r.spare_nodes
-    unit = f"{r.gpus_per_node} GPU(s)" if r.gpus_per_node else "node"
+    per_node = f" x {r.gpus_per_node} GPU(s) per node" if r.gpus_per_node else ""
     amount = hours * total * (r.gpus_per_node or 1)
     spare = hours * r.spare_nodes * (r.gpus_per_node or 1)
     what = "GPU-hours" if r.gpus_per_node else "node-hours"
     return (f"{r.spare_nodes} idle beside {r.nodes}: ({r.nodes}+{r.spare_nodes}) nodes x "
-            f"{r.time} x {unit} per node = {amount:g} {what} at most, {spare:g} of them "
+            f"{r.time}{per_node} = {amount:.4g} {what} at most, {spare:.4g} of them "
             "for the spares")
 
 

@@ -40,6 +40,12 @@ def test_a_backend_without_spares_refuses_them_and_says_why(home, site, said):
     assert "resources.spare_nodes" in str(exc.value) and said in str(exc.value)
 
 
+def test_more_spares_than_nodes_the_run_may_leave_out_is_warned(home):
+    job = _job(resources={"nodes": 2, "spare_nodes": 2}, preemption={"max_excluded_nodes": 1})
+    assert any("at most 1 can be used" in w for w in job.warnings), job.warnings
+    assert not any("spare_nodes" in w for w in _job().warnings)
+
+
 def test_spares_need_the_recovery_that_swaps_them_in(home):
     with pytest.raises(HpctrainError, match="preemption.requeue"):
         _job(preemption={"requeue": False})
