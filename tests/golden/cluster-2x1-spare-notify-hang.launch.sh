@@ -115,7 +115,10 @@ export HPCTRAIN_JOB_ID=$SLURM_JOB_ID
 SPARE_ROUND=${HPCTRAIN_SPARE_ROUND:-0}
 rm -f "$RUN_DIR/status/nodes-down.txt"  # an earlier attempt's (requeue.sh.j2: nodes_down)
 export HPCTRAIN_ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} * 100 + SPARE_ROUND ))  # 100 per requeue, 1 per replacement
-[[ "${SLURM_JOB_NUM_NODES:-}" == "$(( NNODES + 1 ))" ]] || die "the allocation has ${SLURM_JOB_NUM_NODES:-?} node(s), the job was planned for $NNODES + 1 spare(s): render it again with --set resources.nodes=N instead of overriding -N"
+# (Fewer spares than planned is no error: a requeue may hold what is left of them.)
+if ! [[ "${SLURM_JOB_NUM_NODES:-}" =~ ^[0-9]+$ ]] || (( SLURM_JOB_NUM_NODES < NNODES || SLURM_JOB_NUM_NODES > NNODES + 1 )); then
+  die "the allocation has ${SLURM_JOB_NUM_NODES:-?} node(s), the job was planned for $NNODES + 1 spare(s): render it again with --set resources.nodes=N instead of overriding -N"
+fi
 ALLOCATION=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>&1 | paste -sd, -) || die "cannot expand SLURM_JOB_NODELIST='${SLURM_JOB_NODELIST:-}': $ALLOCATION"
 CHOSEN=$(python "$RUN_DIR/rank" spares pick "$RUN_DIR" "$NNODES" "$ALLOCATION" 2>&1) || die "no nodes for this attempt: $CHOSEN"
 NODELIST=$(tr ',' '\n' <<<"$CHOSEN")

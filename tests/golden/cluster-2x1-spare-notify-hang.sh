@@ -170,6 +170,12 @@ nodes_down() {
 
 replace_node() {  # WHY
   local round=$(( SPARE_ROUND + 1 )) said out came
+  if [[ -n "$SIGNALLED" ]]; then
+    # A new attempt started here would not know of the signal (the time-limit warning comes
+    # once): the requeue below saves the attempt's place and leaves the node out.
+    log "spares: not replacing: SIG$SIGNALLED came meanwhile"
+    return 0
+  fi
   if said=$(python "$RUN_DIR/rank" spares replace "$RUN_DIR" "$NNODES" "$ALLOCATION" "$round" 1 "$1" 2>&1); then
     read -r out came <<<"$said"
     log "spares: $out replaced by $came after the $1; attempt $(( round + 1 )) of job $JOB_REF starts now, without a requeue, from the newest checkpoint"
@@ -318,7 +324,10 @@ export HPCTRAIN_JOB_ID=$SLURM_JOB_ID
 SPARE_ROUND=${HPCTRAIN_SPARE_ROUND:-0}
 rm -f "$RUN_DIR/status/nodes-down.txt"  # an earlier attempt's (requeue.sh.j2: nodes_down)
 export HPCTRAIN_ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} * 100 + SPARE_ROUND ))  # 100 per requeue, 1 per replacement
-[[ "${SLURM_JOB_NUM_NODES:-}" == "$(( NNODES + 1 ))" ]] || die "the allocation has ${SLURM_JOB_NUM_NODES:-?} node(s), the job was planned for $NNODES + 1 spare(s): render it again with --set resources.nodes=N instead of overriding -N"
+# (Fewer spares than planned is no error: a requeue may hold what is left of them.)
+if ! [[ "${SLURM_JOB_NUM_NODES:-}" =~ ^[0-9]+$ ]] || (( SLURM_JOB_NUM_NODES < NNODES || SLURM_JOB_NUM_NODES > NNODES + 1 )); then
+  die "the allocation has ${SLURM_JOB_NUM_NODES:-?} node(s), the job was planned for $NNODES + 1 spare(s): render it again with --set resources.nodes=N instead of overriding -N"
+fi
 ALLOCATION=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>&1 | paste -sd, -) || die "cannot expand SLURM_JOB_NODELIST='${SLURM_JOB_NODELIST:-}': $ALLOCATION"
 CHOSEN=$(python "$RUN_DIR/rank" spares pick "$RUN_DIR" "$NNODES" "$ALLOCATION" 2>&1) || die "no nodes for this attempt: $CHOSEN"
 NODELIST=$(tr ',' '\n' <<<"$CHOSEN")
