@@ -103,8 +103,9 @@ def start(run_dir: str, rank: int) -> threading.Thread | None:
 
 
 def _request(run_dir: str) -> str | None:
+    """The id of the watcher's request; read every second by every rank, so read small."""
     try:
-        data = read_json(os.path.join(directory(run_dir), "request.json"))
+        data = json.loads(read_bytes(os.path.join(directory(run_dir), "request.json"), 256))
     except (OSError, ValueError):
         return None
     token = data.get("id") if isinstance(data, dict) else None
@@ -120,7 +121,7 @@ def _respond(run_dir: str, rank: int, seen: str | None) -> None:
         seen = token
         try:
             answer(run_dir, rank, token)
-        except OSError:
+        except Exception:  # never the rank's end: the watcher waits a bounded time, then goes on
             pass
 
 
