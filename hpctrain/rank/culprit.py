@@ -110,15 +110,18 @@ def _count(value) -> int | None:
 def enqueued(dump: dict) -> dict[tuple[str, str], int]:
     """{(recorder, process group id): the sequence number of the last collective this rank
     enqueued in it} from one rank's flight-recorder answer (flight.read_dump)."""
+    from .flight import RECORDERS
     out = {}
-    for recorder, data in dump.get("recorders", {}).items():
+    for recorder, _ in RECORDERS:
+        data = dump.get("recorders", {}).get(recorder)
         status = data.get("pg_status") if isinstance(data, dict) else None
         if not isinstance(status, dict):
             continue
         for pg, counts in list(status.items())[:1000]:
             last = _count(counts.get("last_enqueued_collective")) if isinstance(counts, dict) else None
-            if isinstance(pg, str) and last is not None:
-                out[(str(recorder)[:16], pg[:64])] = last
+            # torch numbers its process groups; nothing else of a dump reaches the message
+            if re.fullmatch(r"[0-9]{1,9}", pg) and last is not None:
+                out[(recorder, pg)] = last
     return out
 
 

@@ -123,7 +123,8 @@ def test_hostile_dumps_are_never_unpickled_nor_trusted(tmp_path):
     weird = copy.deepcopy(DUMPS[3])
     weird["recorders"]["cpu"]["pg_status"] = {"0": {"last_enqueued_collective": "1e9"}, "1": "x",
                                               "2": {"last_enqueued_collective": True}}
-    weird["recorders"]["x"] = "not a dump"
+    weird["recorders"]["cpu"]["pg_status"]["0\x1b[2J"] = {"last_enqueued_collective": "5"}
+    weird["recorders"]["x"] = {"pg_status": {"0": {"last_enqueued_collective": "9"}}}  # no recorder of torch's
     assert culprit.enqueued(weird) == {}
     failure = culprit.refine(str(tmp_path), read_job_failure(str(tmp_path)))
     assert failure.message == "no rank has progressed for 20 s" and failure.nodes == []
