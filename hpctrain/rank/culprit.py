@@ -213,7 +213,11 @@ def refine(run_dir: str, failure: JobFailure) -> JobFailure:
         return failure
     for r in ranks:
         r["culprit"] = r["rank"] in culprits
-    failure.message = f"{head} {failure.message}"[:4000]
+    if lag is not None and set(culprits) == {r["rank"] for r in ranks}:
+        # The watcher named them already (behind in progress): its words first, then this.
+        failure.message = f"{failure.message}; the flight recorder agrees: {said}"[:4000]
+    else:
+        failure.message = f"{head} {failure.message}"[:4000]
     blamed = sorted({node.get(c, "?") for c in culprits} - {"?"})
     if set(blamed) != set(node.values()) - {"?"}:
         failure.nodes = blamed

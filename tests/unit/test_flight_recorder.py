@@ -161,3 +161,15 @@ def test_a_request_is_one_id_and_an_earlier_attempts_is_not_answered(tmp_path):
     assert flight._request(str(tmp_path)) == "12-3.5"
     (fr / "request.json").write_text(json.dumps({"id": "x" * 65}))
     assert flight._request(str(tmp_path)) is None
+
+
+def test_a_rank_the_watcher_named_by_its_progress_keeps_its_words_first(tmp_path):
+    _hung_run(tmp_path, DUMPS)
+    failure = read_job_failure(str(tmp_path))
+    failure.ranks = [r for r in failure.ranks if r["rank"] == 3]  # one iteration behind the others
+    failure.message = "no rank has progressed for 20 s: stuck rank 3 on node2 at iteration 5"
+    failure = culprit.refine(str(tmp_path), failure)
+    assert failure.message == (
+        "no rank has progressed for 20 s: stuck rank 3 on node2 at iteration 5; the flight recorder "
+        "agrees: its last collective in process group 0 was #1; rank(s) 0, 1, 2 wait in #2 (gloo:all_reduce)")
+    assert failure.nodes == ["node2"] and failure.ranks[0]["culprit"] is True
