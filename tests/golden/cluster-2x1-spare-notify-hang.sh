@@ -148,11 +148,6 @@ required_among() {  # NODES
   comm -12 <(scontrol show hostnames "$req" | sort -u) <(tr ',' '\n' <<<"$1" | sort -u) | grep -q .
 }
 
-# resources.spare_nodes: a healthy spare of this allocation takes the place of the node(s) the
-# failure blamed, and the next attempt starts at once: this script again from the top (the
-# nodes, the rendezvous, the launch; the ranks resume from the newest checkpoint), in the same
-# job, without a requeue. Returns when no healthy spare is left: the requeue then leaves the
-# node out. (status/replacements.jsonl records each replacement.)
 # After a failed launch: this attempt's nodes that Slurm took away — gone from the job's node
 # list (--no-kill drops a failed node from the allocation instead of ending the job), or down,
 # drained or not responding (a '*' after the state) — for rank/recovery.py, which blames them
@@ -168,6 +163,11 @@ nodes_down() {
   printf '%s\n' "$down" >"$RUN_DIR/status/nodes-down.txt"
 }
 
+# resources.spare_nodes: a healthy spare of this allocation takes the place of the node(s) the
+# failure blamed, and the next attempt starts at once: this script again from the top (the
+# nodes, the rendezvous, the launch; the ranks resume from the newest checkpoint), in the same
+# job, without a requeue. Returns when no healthy spare is left: the requeue then leaves the
+# node out. (status/replacements.jsonl records each replacement.)
 replace_node() {  # WHY
   local round=$(( SPARE_ROUND + 1 )) said out came
   if [[ -n "$SIGNALLED" ]]; then
