@@ -172,9 +172,9 @@ class SlurmBackend(Backend):
 
     # ------------------------------------------------------------------------------ state
 
-    def accounting(self, job_ids: list[str]) -> dict[str, dict] | None:
+    def accounting(self, job_ids: list[str], since: float | None = None) -> list[dict] | None:
         from .accounting import accounting
-        return accounting(job_ids)
+        return accounting(job_ids, since)
 
     def states(self, runs: list[Run]) -> list[JobState]:
         from . import records as slurm_records
