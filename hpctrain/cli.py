@@ -88,8 +88,9 @@ def cmd_submit(args) -> int:
                                 fix="hpctrain submit --resume RUN")
         run, nodes, why = resume(args.resume)
         rec = run.record
-        print(f"resumed {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"
-              + (f"  without {','.join(nodes)} ({why})" if nodes else ""))
+        from .rank.printable import shown  # `why` quotes the run's failure records
+        print(shown(f"resumed {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"
+                    + (f"  without {','.join(nodes)} ({why})" if nodes else "")))
         print(f"run directory: {run.path}", flush=True)
         return _wait(args, run)
     if args.job is None:
@@ -106,6 +107,9 @@ def cmd_submit(args) -> int:
         print(f"warning: notify: ${job.spec.notify.url_from} (notify.url_from) is not set here: "
               "the job's events will not be sent (each attempt is recorded in its "
               "status/notify.jsonl); export it before submitting", file=sys.stderr)
+    elif job.spec.notify is not None and (problem := _url_problem(job.spec.notify.url_from)):
+        print(f"warning: notify: ${job.spec.notify.url_from} (notify.url_from): the URL {problem}; "
+              "the job's events will not be sent", file=sys.stderr)
     prep = prepare(job)
     from .submission import collisions, test_start
     warned = collisions(prep)  # a job that can never start is refused here, dry run or not
@@ -141,6 +145,17 @@ def _env_set(name: str) -> bool:
     return bool(os.environ.get(name))
 
 
+def _url_problem(name: str) -> str | None:
+    """What is wrong with the webhook URL in $name, in words that quote none of it."""
+    import os
+    from .rank.notify import BadURL, check_url
+    try:
+        check_url(os.environ.get(name, ""))
+    except BadURL as exc:
+        return str(exc)
+    return None
+
+
 def _notify_settings(args, job) -> dict | None:
     """`--notify`: the job's notify: section (or its site's defaults), its URL's variable set."""
     if not getattr(args, "notify", False):
@@ -159,6 +174,11 @@ def _notify_settings(args, job) -> dict | None:
         raise HpctrainError(f"--notify: ${settings['url_from']} (notify.url_from) is not set "
                             "here", job.source, f"export {settings['url_from']}=https://... "
                             "(its value is never written to disk)")
+    problem = _url_problem(settings["url_from"])
+    if problem:
+        raise HpctrainError(f"--notify: ${settings['url_from']} (notify.url_from): the URL "
+                            f"{problem}", job.source, "set it to the webhook's http(s) URL, as "
+                            "the service gives it")
     return settings
 
 
@@ -188,8 +208,9 @@ def _wait(args, run, notify: dict | None = None) -> int:
         print(f"stopped waiting; the run goes on: hpctrain status {run.id}", file=sys.stderr)
         raise
     printer.close()
+    from .rank.printable import shown
     for f in st.failures:
-        print(f"failed: rank {f['rank']} on {f['node']} exit {f['exit_status']}: {f['error']}")
+        print(shown(f"failed: rank {f['rank']} on {f['node']} exit {f['exit_status']}: {f['error']}"))
     return exit_status(st)
 
 
@@ -247,9 +268,10 @@ def cmd_site_detect(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .doctor import run
+    from .rank.printable import shown  # what the nodes and their tools said
     report = run(args.job, args.site, args.overrides, timeout=args.timeout,
-                 say=lambda text: print(text, flush=True))
-    print(report.text())
+                 say=lambda text: print(shown(text), flush=True))
+    print(shown(report.text()))
     return 0 if report.ok else 1
 
 
@@ -468,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except HpctrainError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from .rank.printable import shown  # a message may quote a file's or a tool's text
+        print(shown(f"error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -484,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
         import os
         if os.environ.get("HPCTRAIN_DEBUG"):
             raise
-        print(f"error: hpctrain failed unexpectedly: {type(exc).__name__}: {exc}\n  fix: this "
+        from .rank.printable import printable
+        print(f"error: hpctrain failed unexpectedly: {type(exc).__name__}: {printable(str(exc))}\n  fix: this "
               "is a bug in hpctrain: please report it with the command you ran "
               "(HPCTRAIN_DEBUG=1 shows where it happened)", file=sys.stderr)
         return 2

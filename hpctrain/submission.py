@@ -150,33 +150,33 @@ def snapshot_source(prep: Prepared):
     return source
 
 
-def _program_files(prep: Prepared) -> list[tuple[str, str]]:
-    """(what, path as the job names it) of the files the ranks open from the snapshot: the
+def _program_files(prep: Prepared) -> list[tuple[str, str, str]]:
+    """(what, path as the job names it, its key) of the files the ranks open from the snapshot: the
     script, a config file, and arguments that name a file of the working directory. Absolute
     paths are left out: the ranks open them where they are, not in the copy."""
     spec, workdir = prep.job.spec, prep.job.workdir
     named = []
     if spec.script and not spec.script.startswith("-"):
-        named.append(("the job's script", spec.script))
+        named.append(("the job's script", spec.script, "script"))
     if getattr(spec, "config", None):
-        named.append(("the job's config", spec.config))
+        named.append(("the job's config", spec.config, "config"))
     for arg in map(str, spec.args):
         value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
         looks_like_file = os.sep in value or value.endswith(
             (".py", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini"))
         if value and not value.startswith("-") and looks_like_file:
             if not os.path.isabs(value) and os.path.isfile(os.path.join(workdir, value)):
-                named.append((f"the argument {arg!r}", value))
-    return [(what, p) for what, p in named if not os.path.isabs(p)]
+                named.append((f"the argument {arg!r}" if arg != value else "the argument",
+                              value, "args"))
+    return [n for n in named if not os.path.isabs(n[1])]
 
 
 def _check_program_in(source, prep: Prepared) -> None:
     """A file the ranks open from the snapshot (RUN_DIR/code/...) that the snapshot does not
     hold fails every rank with FileNotFoundError once the job starts: refused here instead."""
-    import subprocess
-    held = set(source.files)
+    from .runs import snapshot
     workdir = prep.job.workdir
-    for what, named in _program_files(prep):
+    for what, named, key in _program_files(prep):
         path = os.path.normpath(os.path.join(workdir, named))
         if not os.path.exists(path):
             continue  # a missing script is the checks' to report (or made by the setup lines)
@@ -185,21 +185,11 @@ def _check_program_in(source, prep: Prepared) -> None:
             why = f"it is outside the snapshot's root {source.root}, which is all the run copies"
             fix = (f"move it under {source.root}, or set snapshot: false (the job then runs "
                    "the live tree)")
-        elif rel in held or any(f.startswith(rel + os.sep) for f in held):
+        elif snapshot.holds(source, rel):  # a file under a linked directory too
             continue
         else:
-            ignored = source.method == "git" and subprocess.run(
-                ["git", "-C", source.root, "check-ignore", "-q", "--no-index", rel],
-                capture_output=True).returncode == 0
-            if ignored:
-                why = ("git ignores it (.gitignore) and it is not tracked: the snapshot copies "
-                       "tracked files and untracked ones git does not ignore")
-            else:
-                why = "snapshot.exclude or .hpctrainignore leaves it out"
-            fix = (f"track it (git add -f {rel}), take it out of the ignore patterns, move it "
-                   "out of the ignored folder, or set snapshot: false (the job then runs the "
-                   "live tree)")
-        where = prep.job.origins(("script",)) if prep.job.origins is not None else prep.job.source
+            why, fix = snapshot.left_out(source, rel, prep.snapshot)
+        where = prep.job.origins((key,)) if prep.job.origins is not None else prep.job.source
         raise HpctrainError(f"{what} {named} is not in the code snapshot the run executes: {why}",
                             where, fix)
 
@@ -246,7 +236,10 @@ def _record(prep: Prepared) -> dict:
         script=prep.script_name if prep.function is None else None,
         source=prep.job.source, workdir=prep.job.workdir, state="SUBMITTING",
         hpctrain_version=__version__, git=git_state(prep.job.workdir),
-        after=[dict(d) for d in prep.job.after])
+        after=[dict(d) for d in prep.job.after],
+        # The interpreter the job runs its copy of the rank side with on the nodes, outside any
+        # container: `attach --stacks` runs that copy with it (follow/attach.py).
+        extra={"python": list(prep.plan.host_python)})
     if prep.tasks:
         rec.update(array_size=len(prep.tasks), parallel=prep.parallel,
                    task_values=[dict(t.values) for t in prep.job.tasks])
@@ -314,12 +307,11 @@ def submit_prepared(prep: Prepared, source=None, warned: list[str] | None = None
 
 def _max_excluded(run: Run) -> int:
     """preemption.max_excluded_nodes of the run's job (its resolved job.yaml)."""
-    import yaml
+    from .runs.untrusted import job_doc
     from .schema.spec import Preemption
-    try:
-        data = yaml.safe_load((run.path / "job.yaml").read_text()) or {}
-        value = (data.get("preemption") or {}).get("max_excluded_nodes")
-    except (OSError, yaml.YAMLError, AttributeError):
+    try:  # a regular file, bounded (a FIFO there must not hang submit --resume)
+        value = (job_doc(run.path).get("preemption") or {}).get("max_excluded_nodes")
+    except (HpctrainError, AttributeError):
         value = None
     return value if isinstance(value, int) and value >= 0 else Preemption().max_excluded_nodes
 

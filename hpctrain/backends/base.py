@@ -180,7 +180,7 @@ class Backend(abc.ABC):
     def _no_interactive(self, what: str):
         from ..errors import HpctrainError
         return HpctrainError(f"{what}: the {self.name} backend has no interactive allocation",
-                             fix="a site whose scheduler is slurm or ssh (shell: local too), "
+                             fix="a site whose scheduler is slurm, ssh or local, "
                              "--site SITE; or submit the job: hpctrain submit JOB")
 
     def fetch(self, run: Run) -> None:

@@ -50,14 +50,16 @@ class SchedulerError(HpctrainError):
 
 
 def run(command: list[str], timeout: float = 60, input: str | None = None) -> str:
-    """Run a scheduler command; return its standard output, or raise SchedulerError."""
+    """Run a scheduler command; return its standard output, or raise SchedulerError. Its output
+    is read bounded (rank/tools.py: a tool that prints without end is stopped at the cap)."""
     import subprocess
+    from ..rank import tools
     login = _where.get()
     if login is not None:
         return login.tool(command, timeout=timeout, input=input)
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                              input=input, stdin=None if input is not None else subprocess.DEVNULL)
+        proc = tools.run(command, timeout=timeout,
+                         input=input.encode("utf-8") if input is not None else None)
     except FileNotFoundError:
         raise SchedulerError(command, None, f"'{command[0]}' is not installed here",
                              fix="run hpctrain where the scheduler's tools are (a login node), "
@@ -67,6 +69,8 @@ def run(command: list[str], timeout: float = 60, input: str | None = None) -> st
                              "scheduler's controller up?)") from None
     except OSError as exc:
         raise SchedulerError(command, None, str(exc)) from None
+    stdout = proc.stdout.decode("utf-8", errors="replace")
     if proc.returncode != 0:
-        raise SchedulerError(command, proc.returncode, proc.stderr or proc.stdout)
-    return proc.stdout
+        raise SchedulerError(command, proc.returncode,
+                             proc.stderr.decode("utf-8", errors="replace") or stdout[:65536])
+    return stdout

@@ -6,6 +6,7 @@ recorded process still lives are the whole state.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..runs.records import Run
 from ..rank.ending import signal_ranks
-from ..runs.untrusted import MAX_SMALL, read_text
+from ..runs.untrusted import MAX_COUNT, MAX_SMALL, read_text
 
 if TYPE_CHECKING:
     from ..rank.records import RunRecord
@@ -45,10 +46,8 @@ def _stopped(d: Path) -> str | None:
     """status/stopped.json's message: the job ended on a signal and says what was saved
     (rank/ending.py); None when it did not."""
     path = d / "status" / "stopped.json"
-    try:
-        if not path.is_file() or path.stat().st_size > 65536:
-            return None
-        message = json.loads(path.read_text()).get("message")
+    try:  # a regular file, bounded: never a FIFO's wait
+        message = json.loads(read_text(path, 65536)).get("message")
     except (OSError, ValueError, AttributeError):
         return None
     return " ".join(message.split())[:500] if isinstance(message, str) else None
@@ -87,9 +86,44 @@ class LocalBackend(Backend):
     def inside(self, job_id: str) -> bool:
         return under(job_id.rpartition("-")[2])
 
+    # `hpctrain attach` (follow/attach.py): the job runs on this machine, so its one node is
+    # this one, under the name its ranks record (rank/bootstrap.py: the host name).
+    def job_nodes(self, run: Run) -> list[str]:
+        import socket
+        return [socket.gethostname()] if self.state(run).state == State.RUNNING else []
+
+    def attach_command(self, run: Run, node: str) -> list[str]:
+        return ["bash", "-c", 'cd "$1" 2>/dev/null; exec bash -i', "hpctrain-attach",
+                str(run.path)]
+
+    def on_nodes(self, run: Run, command: list[str]) -> str:
+        import subprocess
+        try:
+            proc = subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL,
+                                  timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise HpctrainError(f"could not run {command[0]} for run {run.id}: "
+                                f"{getattr(exc, 'strerror', None) or exc}",
+                                fix=f"check that the job still runs: hpctrain status {run.id}"
+                                ) from None
+        out = proc.stdout.decode("utf-8", errors="replace")
+        if proc.returncode != 0:
+            said = proc.stderr.decode("utf-8", errors="replace").strip().splitlines()[-1:] or ["-"]
+            raise HpctrainError(f"the stack request for run {run.id} failed (exit "
+                                f"{proc.returncode}): {said[0][:300]}",
+                                fix="check the job's interpreter (the job's python:) on this "
+                                "machine")
+        return out
+
     def submit(self, run: Run, prep) -> str:
         import subprocess
-        log = open(run.path / "logs" / "job.out", "ab")
+        from ..rank.records import open_append
+        path = run.path / "logs" / "job.out"
+        try:  # an existing run's (submit --resume): never through a link planted there
+            log = open_append(str(path), str(run.path))
+        except OSError as exc:
+            raise HpctrainError(f"cannot write {path}: {exc.strerror or exc}",
+                                fix="remove what is there (hpctrain writes its own log)") from None
         try:
             proc = subprocess.Popen(self.submit_command(run.path / prep.script_name), stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
@@ -229,11 +263,12 @@ def processes_of(run_dir: Path) -> list[int]:
     shell and what it started without a session of its own, when the recorded job shell is
     verifiably the run's): what cancel stops even when no pid was recorded. Never a process
     that merely names the run directory (a `tail -f` of its log, an editor on a file in it)."""
-    mine = {f"HPCTRAIN_RUN_DIR={d}".encode() for d in [run_dir, *run_dir.glob("tasks/*")]}
+    dirs = [run_dir, *itertools.islice(run_dir.glob("tasks/*"), MAX_COUNT)]
+    mine = {f"HPCTRAIN_RUN_DIR={d}".encode() for d in dirs}
     sessions = set()
-    for d in [run_dir, *run_dir.glob("tasks/*")]:
-        try:
-            pid = int((d / "status" / "pid").read_text(errors="replace").split()[0])
+    for d in dirs:
+        try:  # a regular file, bounded: a FIFO at status/pid must not hang cancel
+            pid = int(read_text(d / "status" / "pid", MAX_SMALL).split()[0])
         except (OSError, ValueError, IndexError):
             continue
         if is_job_shell(pid, d / "job.sh"):

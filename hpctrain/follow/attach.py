@@ -2,10 +2,16 @@
 rank's Python stack now, the job left running.
 
 The backend says how a command reaches a node of the running job (Slurm: srun --jobid
---overlap; ssh sites: ssh to the host). The stacks are the hang watcher's dump: SIGQUIT to each rank (rank/stacks.py, run on
-every node by the installed hpctrain's interpreter), on which the bootstrap's faulthandler writes
-every thread's stack to the rank's log; they are read from there. Logs and identities are the run
-directory's: data, shown (control characters escaped), never run.
+--overlap; ssh sites: ssh to the host; the local site: this machine). The stacks are the hang
+watcher's dump: SIGQUIT to each rank (rank/stacks.py), on which the bootstrap's faulthandler
+writes every thread's stack to the rank's log; they are read from there. Logs and identities are
+the run directory's: data, shown (control characters escaped), never run.
+
+The signal is sent by the run's own copy of the rank side (RUN/rank: stdlib only, the version
+its ranks run, on the file system the nodes share) under the job's interpreter (run.json's
+extra.python, what the job script runs that copy with): the submitting machine's interpreter
+and installed hpctrain need not exist on the nodes. That runs code of the run directory, so
+only a copy that the user alone can change is run (own_copy).
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from ..backends import for_run
 from ..errors import HpctrainError
 from ..rank.culprit import DUMP_HEAD
 from ..runs.records import Run
-from ..runs.untrusted import NODE, open_regular
+from ..runs.untrusted import MAX_RECORD, NODE, open_regular, read_regular
 from .operate import resolve
 
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -81,7 +87,7 @@ def stacks(ref: str) -> Iterator[str]:
                             fix=f"wait for its ranks to start: hpctrain status {run.id} --ranks")
     logs = {i.rank: run.path / "logs" / f"rank-{i.rank}.log" for i in ranks}
     before = {r: _size(p) for r, p in logs.items()}
-    out = chosen.on_nodes(run, [sys.executable, "-m", "hpctrain.rank", "stacks", str(run.path)])
+    out = chosen.on_nodes(run, rank_command(run, "stacks", str(run.path)))
     signalled = {int(m.group(1)) for m in re.finditer(r"hpctrain stacks: rank (\d+) ", out)}
     dumps = _wait_for_dumps({r: logs[r] for r in signalled if r in logs}, before)
     for ident in ranks:
@@ -92,6 +98,83 @@ def stacks(ref: str) -> Iterator[str]:
             yield f"    (no stack in {logs[ident.rank]} within {DUMP_WAIT_S:.0f} s)"
         else:
             yield from dumps[ident.rank]
+
+
+def rank_command(run: Run, *args: str) -> list[str]:
+    """The command that runs the run's own copy of the rank side with the job's interpreter on
+    a node: through bash, so that an interpreter named `$VAR` expands there as it does in the
+    job script (the one quoting filter, rendering/quoting.qcmd)."""
+    from ..rendering.quoting import qcmd
+    own_copy(run)
+    return ["bash", "-c", f'exec {qcmd(job_python(run))} "$@"', "hpctrain-rank",
+            str(run.path / "rank"), *args]
+
+
+_MAX_WORDS = 32
+
+
+def job_python(run: Run) -> list[str]:
+    """The interpreter the job runs RUN/rank with on its nodes (run.json's extra.python, written
+    at submit), checked: a few words of printable text, the first not an option. A run recorded
+    before it was kept: the job's own `python:` (job.yaml), else python3 (the copy is stdlib
+    only)."""
+    words = run.record.extra.get("python")
+    if words is None:
+        words = _job_yaml_python(run.path)
+    ok = isinstance(words, list) and 0 < len(words) <= _MAX_WORDS and all(
+        isinstance(w, str) and 0 < len(w) <= 4096 and not _UNPRINTABLE.search(w)
+        and "\n" not in w for w in words) and not words[0].startswith("-")
+    if not ok:
+        raise HpctrainError(f"{run.path / 'run.json'}: 'extra.python' is not an interpreter "
+                            "command (a list of words)", fix="restore the run's run.json, or "
+                            f"attach to a node (hpctrain attach {run.id}) and send SIGQUIT to a "
+                            "rank's pid (status/rank-R.json): its log shows the stack")
+    return words
+
+
+def _job_yaml_python(run_path: Path) -> list[str]:
+    import shlex
+    import yaml
+    try:
+        data = yaml.safe_load(read_regular(run_path / "job.yaml", MAX_RECORD).decode("utf-8"))
+        python = data.get("python") if isinstance(data, dict) else None
+        return shlex.split(python) if isinstance(python, str) else ["python3"]
+    except (OSError, ValueError, yaml.YAMLError):
+        return ["python3"]
+
+
+_MAX_ENTRIES = 1000  # files of RUN/rank looked at (hpctrain's copy has a few dozen)
+
+
+def own_copy(run: Run) -> None:
+    """The run directory, its run.json (which names the interpreter) and its copy of the rank
+    side are the user's own, writable by nobody else, with no symbolic link inside the copy:
+    anyone else who could write there could make `attach --stacks` run their code."""
+    import stat
+    me = os.geteuid()
+    rank = run.path / "rank"
+    checked = [(run.path, os.stat), (run.path / "run.json", os.lstat), (rank, os.lstat)]
+    try:
+        for d, dirs, files in os.walk(rank):
+            checked += [(Path(d) / n, os.lstat) for n in dirs + files]
+            if len(checked) > _MAX_ENTRIES:
+                break
+        for path, how in checked[:_MAX_ENTRIES]:
+            st = how(path)
+            why = ("is a symbolic link" if stat.S_ISLNK(st.st_mode) else
+                   "is not yours" if st.st_uid != me else
+                   "can be written by others" if st.st_mode & 0o022 else None)
+            if why:
+                raise HpctrainError(
+                    f"attach --stacks runs run {run.id}'s own copy of hpctrain's rank side on "
+                    f"its nodes, but {path} {why}: that code could be anybody's",
+                    fix=f"if the run is yours: chmod -R go-w {run.path / 'rank'} (and the run "
+                    f"directory); or attach to a node (hpctrain attach {run.id}) and send "
+                    "SIGQUIT to a rank's pid (status/rank-R.json): its log shows the stack")
+    except FileNotFoundError as exc:
+        raise HpctrainError(f"run {run.id} has no {exc.filename}: attach --stacks runs the "
+                            "run's own copy of the rank side", fix=f"hpctrain attach {run.id} "
+                            "and send SIGQUIT to a rank's pid: its log shows the stack") from None
 
 
 def _size(path: Path) -> int:

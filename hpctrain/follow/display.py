@@ -3,6 +3,11 @@ page, a table of runs, and the lines `submit --wait` prints while it follows a r
 
 What identifies a run (its name, run id, job id, site) is never cut: a column is as wide as its
 longest value, and the rest of a line keeps to 80 columns.
+
+Most of what is shown comes from outside (run records, the ranks' metric names, Slurm's node
+names and reasons, the tools' words): every text leaves here through rank/printable.py, which
+shows a character a terminal would act on (ESC, CSI, BEL, bidi overrides) as '?'. One such
+character becomes one '?', so the columns stay aligned.
 """
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from ..backends import JobState, State
+from ..rank.printable import printable, shown
 from ..rank.slow import describe as slow_text
 from .progress import RankProgress, TrainingProgress
 from .startup import line as startup_line
@@ -24,6 +30,10 @@ WIDTH = 80
 
 def describe(state: JobState) -> str:
     """One phrase: 'PENDING (Resources)', 'FAILED exit 3', 'RUNNING 00:01:02 on node[1-2]'."""
+    return printable(_describe(state))
+
+
+def _describe(state: JobState) -> str:
     s = state.state
     if s == State.STOPPED and state.reason:  # '(SIGTERM) at iteration 25, saved ...; continue with: ...'
         return f"{s.value} {state.reason}"
@@ -50,7 +60,7 @@ def counts_line(state: JobState) -> str:
 
 
 def number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
+    return "-" if value is None else f"{value:.4g}"  # None too for a NaN (rank/records.py)
 
 
 def rate_text(rate: float | None) -> str:
@@ -158,8 +168,8 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
         for i, t in enumerate(s.tasks):
             values = " ".join(f"{k}={v}" for k, v in (st.task_values[i] if i < len(st.task_values) else {}).items())
             p = by_task.get(i)
-            shown = brief(p, ago=not t.done) if p else "-"
-            row = f"{describe(t)[:24]:<24}  {shown[:24]:<24}  {values}"
+            done = brief(p, ago=not t.done) if p else "-"
+            row = f"{describe(t)[:24]:<24}  {done[:24]:<24}  {values}"
             lines.append(f"{t.job or str(i):<{job_w}}  " + row[:max(24, WIDTH - 1 - job_w - 2)])
     if st.jobs:
         lines.append(f"earlier   job(s) {', '.join(st.jobs)} (submit --resume)")
@@ -189,7 +199,7 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
             where = f"task {f['task']} " if f["task"] is not None else ""
             lines.append(f"  {where}rank {f['rank']} on {f['node']} exit {f['exit_status']}: "
                          f"{f['error']}")
-    return "\n".join(lines)
+    return shown("\n".join(lines))
 
 
 def _state_word(state: JobState) -> str:
@@ -221,7 +231,7 @@ def format_table(rows: list[RunStatus]) -> str:
     for i, r in enumerate(rows):
         cells = "  ".join(f"{values[i]:<{w}}" for (_, values), w in zip(cols, widths))
         lines.append(f"{cells}  {table_progress(r)[:room]}".rstrip())
-    return "\n".join(lines)
+    return shown("\n".join(lines))
 
 
 class WaitPrinter:
@@ -257,7 +267,7 @@ class WaitPrinter:
 
     def __call__(self, st: RunStatus) -> None:
         if self.live:
-            self.write("\r\033[K" + self.line(st)[:self.columns - 1])
+            self.write("\r\033[K" + printable(self.line(st))[:self.columns - 1])
             return
         state = (st.state.state, counts_line(st.state))
         step = tuple((p.task, p.attempt, p.step) for p in st.progress)
@@ -270,14 +280,14 @@ class WaitPrinter:
         self.last_state = state
         if st.progress:
             self.last_step, self.printed_at = step, now
-        self.write(self.line(st) + "\n")
+        self.write(printable(self.line(st)) + "\n")
         if self.ranks:
             for p in st.progress:
                 task = "" if p.task is None else f"task {p.task} "
                 for r in p.ranks:
                     metrics = " ".join(f"{k}={number(v)}" for k, v in sorted(r.metrics.items()))
-                    self.write(f"  {task}rank {r.rank} on {r.node or '?'}: step {r.step} "
-                               f"({rate_text(r.rate)}) {metrics}".rstrip() + "\n")
+                    self.write(printable(f"  {task}rank {r.rank} on {r.node or '?'}: step {r.step} "
+                                         f"({rate_text(r.rate)}) {metrics}".rstrip()) + "\n")
 
     def close(self) -> None:
         if self.live:
@@ -295,7 +305,7 @@ def plot_summary(drawn: "Plot") -> str:
     if drawn.left_out:
         lines.append(f"({drawn.left_out} more metric(s) not drawn: choose with --metric)")
     lines.append(drawn.path)
-    return "\n".join(lines)
+    return shown("\n".join(lines))
 
 
 def board_text(board: "Board", run_id: str) -> str:
@@ -305,7 +315,7 @@ def board_text(board: "Board", run_id: str) -> str:
         "  (no event files yet: they appear here as the training writes them)"]
     lines += ["From your laptop, forward the port to this machine:", f"  {board.forward}",
               f"then open http://localhost:{board.port}/   (Ctrl-C here stops TensorBoard)"]
-    return "\n".join(lines)
+    return shown("\n".join(lines))
 
 
 def remote_lines(rec) -> list[str]:
@@ -315,6 +325,6 @@ def remote_lines(rec) -> list[str]:
     if not far:
         return []
     code = far.get("code") or {}
-    return [f"cluster: {far['login']}:{far['path']}",
+    return [shown(line) for line in [f"cluster: {far['login']}:{far['path']}",
             f"code: {code.get('files', 0)} files, {code.get('bytes', 0) / 1048576:.2f} MiB copied "
-            f"from {code.get('from', '?')} (later edits here do not reach this run)"]
+            f"from {code.get('from', '?')} (later edits here do not reach this run)"]]

@@ -66,7 +66,7 @@ def attempt_labels(attempts: int, startup: list[dict]) -> list[str]:
 
 
 def draw(curves: list[Curve], shown: list[str], path: str, title: str, fmt: str = "png",
-         startup: list[dict] | None = None) -> None:
+         startup: list[dict] | None = None, root: str | None = None) -> None:
     """One panel per metric; a curve per task; dotted lines where attempts began, each with the
     seconds its first step took."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -101,24 +101,56 @@ def draw(curves: list[Curve], shown: list[str], path: str, title: str, fmt: str 
     for ax in axes[len(shown):]:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=11)
-    # The format given, so that matplotlib writes exactly `path` (it adds an extension otherwise).
-    fig.savefig(path, dpi=100, format=fmt)
+    save(fig, path, fmt, root)
 
 
-_FORMATS = ("png", "svg", "pdf")
+def _formats() -> list[str]:
+    """The file formats matplotlib writes (its canvas's own list: png, pdf, svg, eps, jpg, ...)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+    except ImportError:
+        raise HpctrainError("writing a figure needs matplotlib",
+                            fix="pip install 'hpctrain[watch]' (tensorboard and matplotlib)") from None
+    return sorted(FigureCanvasAgg.get_supported_filetypes())
 
 
-def _out_path(out: str) -> tuple[str, str]:
-    """Where the plot goes, and its format: a directory gets curves.png inside it; a file name
-    without an extension is a PNG of exactly that name; another extension is refused."""
+def figure_path(out: str | None, run_path, name: str) -> tuple[str, str, str | None]:
+    """Where a figure goes, in which format, and under which run directory (None: a path the
+    user gave), one rule for `plot` and `report`: no --out, RUN_DIR/plots/NAME as PNG, written
+    the run directory's way (runs/untrusted.writing); a directory, NAME inside it; a file name,
+    the format its extension names where matplotlib writes it (none: a PNG of exactly that
+    name); any other extension is refused with the formats there are."""
+    if out is None:
+        root = os.path.abspath(run_path)
+        return os.path.join(root, "plots", name), "png", root
     path = os.path.abspath(out)
     if os.path.isdir(path):
-        path = os.path.join(path, "curves.png")
+        path = os.path.join(path, name)
     ext = os.path.splitext(path)[1].lower().lstrip(".")
-    if ext and ext not in _FORMATS:
-        raise HpctrainError(f"--out {out}: cannot write a plot as .{ext}",
-                            fix="end the name in .png, .svg or .pdf (or give a directory)")
-    return path, ext or "png"
+    formats = _formats()
+    if ext and ext not in formats:
+        raise HpctrainError(f"--out {out}: matplotlib cannot write a .{ext} file",
+                            fix="end the name in one of " + ", ".join(f".{f}" for f in formats)
+                            + " (or give a directory)")
+    return path, ext or "png", None
+
+
+def save(fig, path: str, fmt: str, root: str | None) -> None:
+    """The figure into `path` in `fmt` (matplotlib adds no extension when told the format),
+    through the one writer of run directories: never through a link, a pipe or a device."""
+    from ..runs.untrusted import writing
+    if root is None:  # a path the user gave: its folders are made as asked
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        except OSError as exc:
+            raise HpctrainError(f"cannot create {os.path.dirname(path)}: {exc.strerror}",
+                                fix="give a writable --out PATH") from None
+    with writing(path, root) as f:
+        try:
+            fig.savefig(f, dpi=100, format=fmt)
+        except (RuntimeError, ValueError) as exc:  # a writer this machine lacks (pgf: LaTeX)
+            raise HpctrainError(f"cannot write {path} as .{fmt}: {str(exc)[:300]}",
+                                fix="choose another extension (.png, .pdf, .svg)") from None
 
 
 def plot(run: Run, metrics: list[str] | None = None, out: str | None = None) -> Plot:
@@ -128,15 +160,10 @@ def plot(run: Run, metrics: list[str] | None = None, out: str | None = None) -> 
     except ImportError:
         raise HpctrainError("plotting needs matplotlib",
                             fix="pip install 'hpctrain[watch]' (tensorboard and matplotlib)") from None
-    path, fmt = _out_path(out or os.path.join(run.path, "plots", "curves.png"))
+    path, fmt, root = figure_path(out, run.path, "curves.png")
     curves, shown, left_out = run_curves(run, list(metrics or []))
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    except OSError as exc:
-        raise HpctrainError(f"cannot create {os.path.dirname(path)}: {exc.strerror}",
-                            fix="give a writable --out PATH") from None
     rec = run.record
     from .startup import attempts
     draw(curves, shown, path, f"{rec.name}  ({run.id}, {rec.library})", fmt,
-         attempts(str(run.path)))
+         attempts(str(run.path)), root)
     return Plot(path=path, curves=curves, shown=shown, left_out=left_out)

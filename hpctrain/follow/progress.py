@@ -28,7 +28,7 @@ class RankProgress(msgspec.Struct, kw_only=True):
     node: str | None  # from status/rank-R.json, when the rank recorded it
     step: int
     rate: float | None  # steps per second since this attempt's first report
-    metrics: dict[str, float]
+    metrics: dict[str, float | None]  # None: NaN or infinite (rank/records.py)
     time: float  # when the rank reported (epoch seconds)
     age_s: float  # seconds since then, when the status was taken
     attempt: int  # SLURM_RESTART_COUNT of the report
@@ -42,7 +42,7 @@ class TrainingProgress(msgspec.Struct, kw_only=True):
     rate: float | None
     metric: str | None  # the main metric's name
     value: float | None  # its newest value
-    metrics: dict[str, float]  # rank 0's newest values
+    metrics: dict[str, float | None]  # rank 0's newest values
     time: float  # the newest report of any rank: when the run last moved
     age_s: float
     attempt: int  # the newest attempt that reported

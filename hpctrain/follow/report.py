@@ -4,7 +4,7 @@ From the run's records: each node's samples (usage/NODE.jsonl, rank/sampler.py),
 the head node recorded at each attempt's start (status/allocation-JOB-ATTEMPT.json, from
 `scontrol show job`), `sacct` where the cluster keeps accounting, and the ranks' progress
 (follow/progress.py). Everything read from the run directory is untrusted: regular files only,
-each bounded, and at most MAX_SAMPLES samples per node file.
+each bounded, and at most MAX_SAMPLES samples per run (or sweep task) directory.
 
     GPU-hours allocated   per attempt: GPUs allocated x the attempt's elapsed time (sacct's
                           AllocTRES x Elapsed; else the scontrol record's GPUs; else the GPUs the
@@ -25,14 +25,15 @@ import re
 import msgspec
 
 from ..errors import HpctrainError
+from ..rank.printable import shown
 from ..rank.records import RankIdentity, read_identities
 from ..rank.sampler import _file_node
 from ..runs.records import Run
-from ..runs.untrusted import open_regular, read_regular
+from ..runs.untrusted import Budget, read_lines, read_regular, writing
 from .progress import of_directory
 
-MAX_SAMPLES = 500_000  # samples read per node file
-MAX_USAGE_BYTES = 256 << 20  # bytes read per node file
+MAX_SAMPLES = 500_000  # samples read per run (or sweep task) directory, all nodes together
+MAX_USAGE_BYTES = 256 << 20  # bytes read per run (or sweep task) directory
 MAX_NODES = 4096
 MAX_ATTEMPTS = 1000
 _NODE_FILE = re.compile(r"[A-Za-z0-9._-]{1,200}\.jsonl")
@@ -119,36 +120,61 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _num(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+# What a sampler can write (rank/sampler.py), with room to spare: a value outside its range is
+# forged or damaged, and is left out like a line that is not JSON (a run directory is shared).
+TIME = (0.0, 1e11)  # epoch seconds (the year 5138)
+PERCENT = (0.0, 100.0)  # a GPU's utilization
+CPU_PCT = (0.0, 1e7)  # a rank's CPU, in % of one core
+MIB = (0.0, 1e9)  # a GPU's memory: far above any GPU's
+WATTS = (0.0, 1e6)
+KIB = (0.0, 1e15)  # a rank's RSS
+SECONDS = (0.0, 1e11)  # CPU and wall times
+MAX_INDEX = 4096  # GPUs of one node
+MAX_RANK = (1 << 31) - 1
+MAX_GPUS = 1 << 20  # GPUs of one allocation
 
 
-def read_usage(directory: str) -> dict[str, list[dict]]:
-    """node -> its sampler's lines (dicts), in order; damaged lines left out."""
+def _num(v, bounds: tuple[float, float] = TIME) -> float | None:
+    """A number within bounds, or None (NaN, ±Infinity, text, true/false and huge values too)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and bounds[0] <= v <= bounds[1]:
+        return float(v)
+    return None
+
+
+def _int(v, hi: int, lo: int = 0) -> int | None:
+    return v if type(v) is int and lo <= v <= hi else None
+
+
+def read_usage(directory: str, budget: Budget | None = None) -> dict[str, list[dict]]:
+    """node -> its sampler's lines (dicts), in order; damaged lines left out. Bounded for the
+    whole directory, not per file (budget: MAX_USAGE_BYTES and MAX_SAMPLES in all), each line
+    too (read_lines): forty hard links of one large file cost what one does, a file with no
+    newline costs one line's bound."""
     usage = os.path.join(directory, "usage")
     try:
         names = sorted(n for n in os.listdir(usage) if _NODE_FILE.fullmatch(n))[:MAX_NODES]
     except OSError:
         return {}
+    budget = budget or Budget(MAX_USAGE_BYTES, MAX_NODES)
     out: dict[str, list[dict]] = {}
+    samples = 0
     for name in names:
         lines: list[dict] = []
         try:
-            with open_regular(os.path.join(usage, name)) as f:
-                read = 0
-                for raw in f:
-                    read += len(raw)
-                    if read > MAX_USAGE_BYTES or len(lines) >= MAX_SAMPLES:
-                        break
-                    try:
-                        rec = json.loads(raw)
-                    except ValueError:
-                        continue
-                    if isinstance(rec, dict):
-                        lines.append(rec)
+            for raw in read_lines(os.path.join(usage, name), budget, MAX_USAGE_BYTES,
+                                  max_lines=MAX_SAMPLES - samples):
+                try:
+                    rec = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict):
+                    lines.append(rec)
         except OSError:
-            continue
+            pass  # what was read before the bound or the error is kept
+        samples += len(lines)
         out[name[:-len(".jsonl")]] = lines
+        if samples >= MAX_SAMPLES:
+            break
     return out
 
 
@@ -208,7 +234,8 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
                      run: Run | None = None) -> Report:
     usage = read_usage(directory)
     allocations = _allocations(directory)
-    idents: dict[int, RankIdentity] = {i.rank: i for i in read_identities(directory)}
+    idents: dict[int, RankIdentity] = {i.rank: i for i in read_identities(directory)
+                                       if _int(i.rank, MAX_RANK) is not None}
     report = Report(run_id=run_id, name=name, task=task)
 
     # Attempts: each sampler's "start" opens one; its later lines belong to it.
@@ -226,8 +253,8 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
             t = _num(rec.get("t"))
             if kind == "start":
                 start = _num(rec.get("time"))
-                attempt = rec.get("attempt")
-                if start is None or not isinstance(attempt, int):
+                attempt = _int(rec.get("attempt"), MAX_RANK)
+                if start is None or attempt is None:
                     key = None
                     continue
                 key = (str(rec.get("job_id", ""))[:128], attempt)
@@ -241,25 +268,30 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
                     break
             elif key is None:
                 continue
-            elif kind == "gpu" and isinstance(rec.get("index"), int):
-                gpu_info[(node, rec["index"])] = rec
-            elif kind == "first_step" and _num(rec.get("time")) is not None:
+            elif kind == "gpu" and _int(rec.get("index"), MAX_INDEX) is not None:
+                # Only what a "gpu" line says: its peak and power come from the samples.
+                uuid = rec.get("uuid")
+                gpu_info.setdefault((node, rec["index"]), {}).update(
+                    uuid=uuid[:200] if isinstance(uuid, str) else None,
+                    mem_total=_num(rec.get("mem_total"), MIB))
+            elif kind == "first_step" and (when := _num(rec.get("time"))) is not None:
                 first = attempts[key]["first"]
-                attempts[key]["first"] = min(first, rec["time"]) if first else rec["time"]
+                attempts[key]["first"] = min(first, when) if first else when
             elif kind in ("cost", "end"):
-                cpu, child, wall = (_num(rec.get(k)) for k in ("cpu_s", "child_cpu_s", "wall_s"))
-                if cpu is not None and wall:
+                cpu, child, wall = (_num(rec.get(k), SECONDS) for k in ("cpu_s", "child_cpu_s", "wall_s"))
+                if cpu is not None and wall and wall >= 1e-3:
                     report.sampler_cpu_pct[node] = round(100.0 * (cpu + (child or 0)) / wall, 3)
-                if _num(rec.get("time")) is not None:
-                    attempts[key]["end"] = max(attempts[key]["end"], rec["time"])
+                if (when := _num(rec.get("time"))) is not None:
+                    attempts[key]["end"] = max(attempts[key]["end"], when)
             elif kind == "error" and isinstance(rec.get("error"), str) and len(report.errors) < 20:
                 report.errors.append(f"{node}: {rec['error'][:300]}")
             elif t is not None and isinstance(rec.get("g"), list):
                 attempts[key]["end"] = max(attempts[key]["end"], t)
                 for row in rec["g"][:64]:
-                    if not (isinstance(row, list) and len(row) == 4 and isinstance(row[0], int)):
+                    if not (isinstance(row, list) and len(row) == 4
+                            and _int(row[0], MAX_INDEX) is not None):
                         continue
-                    util, mem, power = (_num(v) for v in row[1:])
+                    util, mem, power = (_num(v, b) for v, b in zip(row[1:], (PERCENT, MIB, WATTS)))
                     g = (node, row[0])
                     attempts[key]["gpus"].add(g)
                     info = gpu_info.setdefault(g, {})
@@ -273,9 +305,10 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
             elif t is not None and isinstance(rec.get("r"), list):
                 attempts[key]["end"] = max(attempts[key]["end"], t)
                 for row in rec["r"][:4096]:
-                    if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], int)):
+                    if not (isinstance(row, list) and len(row) == 3
+                            and _int(row[0], MAX_RANK) is not None):
                         continue
-                    cpu, rss = _num(row[1]), _num(row[2])
+                    cpu, rss = _num(row[1], CPU_PCT), _num(row[2], KIB)
                     if cpu is not None:
                         rank_cpu.setdefault(row[0], []).append(cpu)
                     if rss is not None:
@@ -303,7 +336,7 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
             elapsed = max(0.0, end - start)
         if acct is not None and acct["gpus"]:
             gpus, source = acct["gpus"], "accounting"
-        elif alloc is not None and isinstance(alloc.get("gpus"), int):
+        elif alloc is not None and _int(alloc.get("gpus"), MAX_GPUS) is not None:
             gpus, source = alloc["gpus"], "scontrol"
         elif a["gpus"]:
             gpus, source = len(a["gpus"]), "samples"
@@ -346,7 +379,7 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
         report.gpus.append(GpuStats(
             node=node, index=index, uuid=info.get("uuid") if isinstance(info.get("uuid"), str) else None,
             samples=len(utils), mean_util=_mean(utils), p10_util=p10(utils),
-            mem_peak_mib=info.get("peak"), mem_total_mib=_num(info.get("mem_total")),
+            mem_peak_mib=info.get("peak"), mem_total_mib=info.get("mem_total"),
             mean_power_w=_mean(powers)))
 
     progress = of_directory(directory, task)
@@ -371,15 +404,15 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
 
     acct_all = list(accounted or [])
     if acct_all and all(v.get("total_cpu_s") is not None and v.get("cpus") for v in acct_all):
-        report.cpu_efficiency = (sum(v["total_cpu_s"] for v in acct_all)
-                                 / sum(v["cpus"] * (v["elapsed_s"] or 0) for v in acct_all) or None)
+        spent = sum(v["cpus"] * (v["elapsed_s"] or 0) for v in acct_all)
+        report.cpu_efficiency = (sum(v["total_cpu_s"] for v in acct_all) / spent or None) if spent else None
         rss = [v["max_rss_mib"] for v in acct_all if v.get("max_rss_mib") is not None]
         report.max_rss_mib = max(rss) if rss else None
         report.cpu_source = "accounting"
     elif rank_cpu:
         # The ranks' mean CPU use (in cores) against the CPUs allocated: scontrol's count for the
         # job, else the CPUs the samplers found usable on their nodes.
-        cpus = [a.get("cpus") for a in allocations.values() if isinstance(a.get("cpus"), int)]
+        cpus = [a["cpus"] for a in allocations.values() if _int(a.get("cpus"), 1 << 24, 1) is not None]
         total = cpus[0] if cpus and cpus[0] else sum(node_cpus.values())
         mean_total = sum(_mean(v) or 0.0 for v in rank_cpu.values()) / 100.0
         report.cpu_efficiency = mean_total / total if total else None
@@ -392,6 +425,9 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
 
 def report(run: Run, out: str | None = None) -> Report:
     rec = run.record
+    if out is not None:  # a format matplotlib cannot write is refused before the work
+        from .plot import figure_path
+        figure_path(out, run.path, "usage.png")
     path = str(run.path)
     if rec.array_size:
         tasks = [directory_report(os.path.join(path, "tasks", str(i)), run.id, rec.name, i, run)
@@ -448,9 +484,8 @@ def draw(result: Report, run_path: str, out: str | None) -> str | None:
         from matplotlib.figure import Figure
     except ImportError:
         return None
-    path = os.path.abspath(out or os.path.join(run_path, "plots", "usage.png"))
-    if os.path.isdir(path):
-        path = os.path.join(path, "usage.png")
+    from .plot import figure_path
+    path, fmt, root = figure_path(out, run_path, "usage.png")
     t0 = min(min(xs) for xs, _ in series.values())
     fig = Figure(figsize=(8, 3.6), layout="constrained")
     FigureCanvasAgg(fig)
@@ -466,17 +501,16 @@ def draw(result: Report, run_path: str, out: str | None) -> str | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title(f"{result.name}  ({result.run_id})", fontsize=10)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fig.savefig(path, dpi=100, format="png")
-    except OSError as exc:
-        raise HpctrainError(f"cannot write {path}: {exc.strerror}", fix="give a writable --out PATH") from None
+    from .plot import save
+    save(fig, path, fmt, root)
     return path
 
 
 # ----------------------------------------------------------------------------- text
 
 def _h(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "-"
     seconds = int(round(seconds))
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
 
@@ -535,8 +569,10 @@ def text(r: Report) -> str:
             lines.append("  by metric (best first): " + ", ".join(f"task {i}" for i in r.by_metric))
     if r.plot:
         lines.append(f"  plot: {r.plot}")
-    return "\n".join(lines)
+    return shown("\n".join(lines))  # names, job ids and the samplers' errors are outside text
 
 
 def as_json(r: Report) -> str:
-    return msgspec.json.encode(r).decode()
+    """The report as JSON, ASCII only: msgspec writes a NaN or an infinity as null, and json
+    then escapes every control and non-ASCII character (\\u001b, never the byte)."""
+    return json.dumps(json.loads(msgspec.json.encode(r)))

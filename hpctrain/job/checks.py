@@ -14,6 +14,7 @@ import shlex
 import msgspec
 
 from ..errors import HpctrainError, did_you_mean
+from ..rank.printable import clean
 from ..schema.origins import Origins
 from ..schema.spec import JobSpec, SiteProfile, slurm_seconds
 from ..schema.yamlfile import Located
@@ -143,6 +144,15 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
                                 'e.g. python: "isaaclab.sh -p"') from None
         if not words:
             raise HpctrainError("'python' is empty", where(("python",)), "e.g. python: python3")
+    if spec.idle_gpus is not None and not spec.sample_every:
+        # The idle stop judges the sampler's readings (rank/sampler.py): with no sampling it
+        # would never act, and a job that asked for it must not run believing it is guarded.
+        raise HpctrainError(
+            f"'idle_gpus' is set but 'sample_every' is 0 ({where(('sample_every',))}): the "
+            "idle-GPU stop judges the GPU samples, so it would never act",
+            where(("idle_gpus",)),
+            "give sample_every a number of seconds (e.g. sample_every: 5, the default), or "
+            "remove idle_gpus (idle_gpus: null drops a site's)")
     if scheduler.preemption:
         _preemption(spec, where)
     if scheduler.writes_directives:
@@ -428,14 +438,16 @@ def local_gpus(environ=None) -> tuple[int | None, str]:
     smi = shutil.which("nvidia-smi", path=env.get("PATH"))
     if smi is None:
         return 0, "no nvidia-smi on PATH"
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    from ..rank import tools
+    try:  # bounded: an nvidia-smi that prints without end is stopped at the cap
+        out = tools.run([smi, "-L"], timeout=30, limit=1 << 20)
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"nvidia-smi -L failed: {exc}"
+    stdout = out.stdout.decode("utf-8", "replace")
     if out.returncode != 0:
-        said = " ".join((out.stdout + out.stderr).split())[:200]
+        said = clean(" ".join((stdout + out.stderr.decode("utf-8", "replace")).split()))
         return 0, f"nvidia-smi -L failed (exit {out.returncode}): {said or 'no output'}"
-    count = sum(1 for line in out.stdout.splitlines() if re.match(r"GPU \d+: ", line))
+    count = sum(1 for line in stdout.splitlines() if re.match(r"GPU \d+: ", line))
     return count, "nvidia-smi -L"
 
 

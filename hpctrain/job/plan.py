@@ -144,11 +144,11 @@ def gpu_request(job: Job) -> tuple[str, str] | None:
     return ("gpus-per-node", count) if site.gpu_request == "gpus-per-node" else ("gres", f"gpu:{count}")
 
 
-def health_gate(spec, preflight: bool, launcher: str) -> dict | None:
+def health_gate(spec, preflight: bool, launcher: str, cpu_mode: str) -> dict | None:
     """bootstrap.json's "health" (rank/health.py): the checks and the GPUs each node must show;
     None: no gate. The node check of a multi-node launch runs it, or else each node's launch
     process before torchrun's agent starts (rank/preflight.agent); the tasks launcher has no such
-    process."""
+    process. No CUDA probe where the ranks run on CPU (cpu_mode: on)."""
     h, r = spec.health, spec.resources
     on = h.enabled if h.enabled is not None else r.gpus_per_node > 0
     if not on or (launcher == "tasks" and not (preflight and r.nodes > 1)):
@@ -156,7 +156,8 @@ def health_gate(spec, preflight: bool, launcher: str) -> dict | None:
     return {"expected_gpus": r.gpus_per_node, "gpus": h.gpus, "ecc": h.ecc,
             "row_remap": h.row_remap, "retired_pages": h.retired_pages,
             "foreign_memory_mib": h.foreign_memory_mib, "same_driver": h.same_driver,
-            "timeout": h.timeout, "dcgm_diag": h.dcgm_diag}
+            "timeout": h.timeout, "dcgm_diag": h.dcgm_diag,
+            "require_nvidia_smi": h.require_nvidia_smi, "cuda": h.cuda and cpu_mode != "on"}
 
 
 def netfloor(spec, preflight: bool, job: Job) -> dict | None:
@@ -235,7 +236,7 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
         idle_gpus=({"below": spec.idle_gpus.below, "for": spec.idle_gpus.seconds,
                     "gpus": spec.resources.gpus_per_node}
                    if spec.idle_gpus and spec.sample_every else None),
-        health=health_gate(spec, preflight, lib.launcher),
+        health=health_gate(spec, preflight, lib.launcher, spec.cpu_mode or site.cpu_mode),
         netfloor=netfloor(spec, preflight, job),
         slow_ranks=({"factor": spec.health.slow_rank_factor, "window": spec.health.slow_rank_window,
                      "exclude": spec.health.exclude_slow_nodes}

@@ -33,7 +33,8 @@ from .checkpoints import find_checkpoint
 from .hooks import after_import
 from .records import (JobFailure, RankConfig, RankFailure, RankIdentity, clear_rank_failure,
                       clear_stop_request,
-                      first_failure, now, read_job_failure, read_rank_failures, write_identity,
+                      first_failure, now, open_append, read_job_failure, read_rank_failures,
+                      write_identity,
                       write_job_failure, write_rank_failure)
 
 # ----------------------------------------------------------------------------- identity
@@ -76,7 +77,12 @@ def tee_output(path: str, prefix: str) -> None:
             signal.signal(sig, signal.SIG_IGN)
         head = prefix.encode()
         pending = b""
-        with open(path, "ab", buffering=0) as log:
+        try:  # never through a link planted at the log's place: then the console alone
+            log = open_append(path, os.path.dirname(os.path.dirname(path)), "ab", buffering=0)
+        except OSError as exc:
+            _write_all(console, head + f"hpctrain: not writing {path}: {exc}\n".encode())
+            log = open(os.devnull, "ab", buffering=0)
+        with log:
             while True:
                 try:
                     chunk = os.read(read_end, 65536)

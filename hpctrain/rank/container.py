@@ -52,9 +52,10 @@ def kill_wait() -> int:
     """Slurm's KillWait (how long after SIGTERM it SIGKILLs the step), asked before any signal."""
     if not os.environ.get("SLURM_JOB_ID"):
         return 12
-    try:
-        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
-                             timeout=20).stdout
+    from . import tools
+    try:  # bounded: read as it comes, stopped past the cap
+        out = tools.run(["scontrol", "show", "config"], timeout=20,
+                        limit=4 << 20).stdout.decode("utf-8", "replace")
     except (OSError, subprocess.SubprocessError):
         return 30
     m = re.search(r"^KillWait\s*=\s*(\d+)", out, re.M)

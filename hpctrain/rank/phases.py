@@ -46,11 +46,11 @@ def mark(who: str, marks: dict) -> None:
     from .records import read_json, write_json
     path = os.path.join(attempt_dir(run_dir), who)
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
             old = read_json(path)
         except (OSError, ValueError):
             old = {}
-        write_json(path, {**(old if isinstance(old, dict) else {}), **marks}, indent=None)
+        write_json(path, {**(old if isinstance(old, dict) else {}), **marks}, indent=None,
+                   root=run_dir)
     except OSError:
         pass

@@ -27,12 +27,14 @@ import threading
 import time
 
 from . import health, phases
+from .printable import shown
 
 _DRIVER = re.compile(r"[^0-9A-Za-z.,-]")  # what a node may say of its driver version
 
 
 def _say(text: str) -> None:
-    print(f"hpctrain preflight: {text}", flush=True)
+    # Into the job's log: node names and nvidia-smi's words are outside text.
+    print(f"hpctrain preflight: {shown(text)}", flush=True)
 
 
 def serve(port: int, expected: list[str], deadline: float, result: dict) -> None:
@@ -120,9 +122,8 @@ def _record(nodes: list[str], message: str) -> None:
         return
     from .records import write_json
     try:
-        os.makedirs(os.path.join(run_dir, "status"), exist_ok=True)
         write_json(os.path.join(run_dir, "status", "preflight.json"),
-                   {"nodes": nodes, "message": message, "time": time.time()})
+                   {"nodes": nodes, "message": message, "time": time.time()}, root=run_dir)
     except OSError:
         pass
 
@@ -137,13 +138,10 @@ def _note_failure(me: str, text: str) -> None:
     run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
     if not run_dir:
         return
+    from .records import write_file
     path = os.path.join(run_dir, "status", f"{FAILED_PREFIX}{me}.txt")
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        os.replace(tmp, path)  # the batch shell reads it whole or not at all
+    try:  # atomic: the batch shell reads it whole or not at all; never through a planted link
+        write_file(path, (text + "\n").encode("utf-8"), root=run_dir)
     except OSError:
         pass
 
@@ -286,7 +284,7 @@ def network_floor(timeout: str, floor: str) -> int:
             try:
                 write_json(os.path.join(run_dir, "status", RESULT), {
                     **result, "nodes": nodes, "floor_gbps": float(floor), "passed": ok,
-                    "blamed": blamed, "message": text, "time": time.time()})
+                    "blamed": blamed, "message": text, "time": time.time()}, root=run_dir)
             except OSError:
                 pass
         if not ok:

@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+from . import tools
+
 _SIOCGIFFLAGS, _SIOCGIFADDR, _SIOCGIFNETMASK = 0x8913, 0x8915, 0x891B
 _IFF_UP, _IFF_LOOPBACK = 0x1, 0x8
 
@@ -97,28 +99,34 @@ def resolve(name: str) -> dict:
             "loopback": addresses[0].startswith("127.")}
 
 
+MAX_SMI = 1 << 20  # bytes of nvidia-smi output read
+MAX_GPUS = 1024  # GPUs of one node reported
+
+
 def gpus() -> dict:
     """nvidia-smi's view, when it is there."""
     smi = shutil.which("nvidia-smi")
     devices = sorted(glob.glob("/dev/nvidia[0-9]*"))
     if not smi:
         return {"nvidia_smi": None, "devices": len(devices), "gpus": []}
-    try:
-        proc = subprocess.run([smi, "--query-gpu=index,name,memory.total,pci.bus_id",
-                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    try:  # bounded (rank/tools.py): an nvidia-smi printing without end is stopped at the cap
+        proc = tools.run([smi, "--query-gpu=index,name,memory.total,pci.bus_id",
+                          "--format=csv,noheader"], timeout=30, limit=MAX_SMI)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"nvidia_smi": smi, "devices": len(devices), "gpus": [], "error": str(exc)}
-    rows = [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line.strip()]
-    found = [{"index": r[0], "name": r[1], "memory": r[2], "bus": r[3]} for r in rows if len(r) >= 4]
+    stdout = proc.stdout.decode("utf-8", "replace")
+    rows = [[c.strip() for c in line.split(",")] for line in stdout.splitlines() if line.strip()]
+    found = [{"index": r[0], "name": r[1], "memory": r[2], "bus": r[3]}
+             for r in rows if len(r) >= 4][:MAX_GPUS]
     topo = ""
     if len(found) > 1:
         try:
-            topo = subprocess.run([smi, "topo", "-m"], capture_output=True, text=True,
-                                  timeout=30).stdout
+            topo = tools.run([smi, "topo", "-m"], timeout=30, limit=MAX_SMI).stdout.decode(
+                "utf-8", "replace")
         except (OSError, subprocess.TimeoutExpired):
             pass
     return {"nvidia_smi": smi, "devices": len(devices), "gpus": found,
-            "error": proc.stderr.strip() if proc.returncode else None,
+            "error": proc.stderr.decode("utf-8", "replace").strip()[:2000] if proc.returncode else None,
             "nvlink": "NV" in topo}
 
 
@@ -148,7 +156,9 @@ def writable(directory: str) -> dict:
     path = os.path.join(directory, f".hpctrain-probe-{node_name()}-{os.getpid()}")
     try:
         os.makedirs(directory, exist_ok=True)
-        with open(path, "w") as f:
+        # A new file (O_EXCL), never through a link planted at its name.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
             f.write(node_name())
             f.flush()
             os.fsync(f.fileno())

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import glob
 import json
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +82,158 @@ def _names(cls) -> set[str]:
 
 
 MAX_RECORD = 8 << 20
+MAX_LINE = 1 << 20  # one line of a .jsonl record: far above any line hpctrain writes
+
+
+# ----------------------------------------------------------------------------- the one way in and out
+# A run directory is shared, untrusted data: whoever can write there can put a symbolic link, a
+# named pipe or a hard link where hpctrain expects its own file. So every read here is of a
+# regular file only and bounded, and every write goes through `replacing` or `open_append`:
+# each directory below the caller's root is entered without following a link (O_NOFOLLOW, one
+# dir_fd to the next), and the file itself is never a link, a pipe or another's hard link.
+
+class NotRegular(OSError):
+    """A path in a run directory that hpctrain will not write through: a symbolic link, a named
+    pipe, a device, or a directory where a file should be."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _what(mode: int) -> str:
+    import stat
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+def _refuse(fd: int, name: str, path: str, want: str) -> NotRegular:
+    try:
+        what = _what(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+    except OSError:
+        what = "not " + want
+    return NotRegular(0, f"{path} is {what}, not {want}: hpctrain does not write through it "
+                         "(remove it; hpctrain makes its own)")
+
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _parts(path: str, root: str | None) -> tuple[str, list[str], str]:
+    root = root if root is not None else (os.path.dirname(path) or ".")
+    rel = os.path.relpath(path, root).split(os.sep)
+    if rel[0] == os.pardir or os.pardir in rel or rel[-1] in ("", os.curdir):
+        raise NotRegular(0, f"{path} is not a file under {root}")
+    return root, [p for p in rel[:-1] if p not in ("", os.curdir)], rel[-1]
+
+
+def open_dir(root: str, parts: list[str], create: bool = True) -> int:
+    """An open directory fd: `root` (the caller's own path, links followed), then each of
+    `parts` below it entered without following a link, made where missing (create)."""
+    if create:
+        os.makedirs(root, exist_ok=True)  # the caller's own path: made as makedirs makes it
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for i, part in enumerate(parts):
+            try:
+                try:
+                    nxt = os.open(part, _DIR, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    try:
+                        os.mkdir(part, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    nxt = os.open(part, _DIR, dir_fd=fd)
+            except OSError as exc:
+                if isinstance(exc, FileNotFoundError) or exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise _refuse(fd, part, os.path.join(root, *parts[:i + 1]), "a directory") from None
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextmanager
+def replacing(path: str, root: str | None = None):
+    """A binary file whose bytes replace `path` when the block ends (atomically: a reader sees
+    the old file or the new one). `root`: the run directory (default: the file's own); each
+    directory between is made or entered without following a link, and a link, a pipe or any
+    other non-regular file at `path` is refused (NotRegular) before anything is written."""
+    import stat
+    root, parts, name = _parts(path, root)
+    fd = open_dir(root, parts)
+    try:
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise _refuse(fd, name, path, "a regular file")
+        # A name nobody can guess, made new (O_EXCL): a link planted there in advance cannot be.
+        tmp = f".{name[:200]}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      0o666, dir_fd=fd)
+        try:
+            with os.fdopen(tfd, "wb") as f:
+                yield f
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # replaces, never follows
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=fd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(fd)
+
+
+def write_file(path: str, data: bytes, root: str | None = None) -> None:
+    with replacing(path, root) as f:
+        f.write(data)
+
+
+def open_append(path: str, root: str | None = None, mode: str = "ab", **kwargs):
+    """`path` opened for appending (made if missing), under `root` as `replacing` checks it:
+    never through a link, never a pipe or device (opened without waiting, then refused), never
+    a file with other hard links (someone else's file put there)."""
+    import stat
+    root, parts, name = _parts(path, root)
+    fd = open_dir(root, parts)
+    try:
+        try:
+            afd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                          | os.O_CLOEXEC | os.O_NOCTTY, 0o666, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # a link, a pipe nobody reads
+                raise _refuse(fd, name, path, "a regular file") from None
+            raise
+        try:
+            st = os.fstat(afd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _refuse(fd, name, path, "a regular file")
+            if st.st_nlink > 1:
+                raise NotRegular(0, f"{path} has {st.st_nlink} names (hard links): another "
+                                    "file's, not hpctrain's; hpctrain does not write into it")
+            os.set_blocking(afd, True)
+            return os.fdopen(afd, mode, **kwargs)
+        except BaseException:
+            os.close(afd)
+            raise
+    finally:
+        os.close(fd)
 
 
 def read_bytes(path: str, limit: int = MAX_RECORD) -> bytes:
@@ -87,7 +241,7 @@ def read_bytes(path: str, limit: int = MAX_RECORD) -> bytes:
     a named pipe, a device or a socket put in a record's place must not hang its reader (opened
     without waiting, then refused). RecordError for those and for a file over the limit."""
     import stat
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise RecordError(f"{path}: not a regular file (a pipe, device or socket?)")
@@ -103,9 +257,14 @@ def read_bytes(path: str, limit: int = MAX_RECORD) -> bytes:
     return data
 
 
-def read_json(path: str) -> Any:
+def read_lines(path: str, limit: int = MAX_RECORD, max_line: int = MAX_LINE) -> list[bytes]:
+    """The lines of a bounded regular file (read_bytes), a damaged overlong one left out."""
+    return [line for line in read_bytes(path, limit).splitlines() if len(line) <= max_line]
+
+
+def read_json(path: str, limit: int = MAX_RECORD) -> Any:
     try:
-        return json.loads(read_bytes(path).decode("utf-8"))
+        return json.loads(read_bytes(path, limit).decode("utf-8"))
     except UnicodeDecodeError:
         raise RecordError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
@@ -125,14 +284,11 @@ def bootstrap_section(run_dir: str, key: str) -> dict | None:
     return section if isinstance(section, dict) else None
 
 
-def write_json(path: str, data: Any, indent: int | None = 2) -> None:
-    """Write atomically: a reader sees the old file or the new one, never half of one."""
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=indent, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+def write_json(path: str, data: Any, indent: int | None = 2, root: str | None = None) -> None:
+    """Write atomically: a reader sees the old file or the new one, never half of one; never
+    through a link below `root` (the run directory; default the file's own: replacing)."""
+    text = json.dumps(data, indent=indent, sort_keys=True) + "\n"
+    write_file(path, text.encode("utf-8"), root)
 
 
 def _asdict(obj) -> dict:
@@ -253,13 +409,34 @@ _RANK_FILE = re.compile(r"^rank-(\d+)\.json$")
 _FAILED_FILE = re.compile(r"^rank-(\d+)\.failed\.json$")
 
 
+MAX_RANKS = 65536  # per-rank files of one kind read from one status directory
+MAX_RANK_RECORD = 1 << 20  # one rank's record (an identity, a progress report, a failure)
+MAX_RANK_BYTES = 256 << 20  # all of one kind's records of one status directory together
+
+
 def _rank_files(status_dir: str, pattern: re.Pattern) -> list[tuple[int, str]]:
     try:
         names = os.listdir(status_dir)
     except OSError:
         return []
     out = [(int(m.group(1)), os.path.join(status_dir, n)) for n in names if (m := pattern.match(n))]
-    return sorted(out)
+    return sorted(out)[:MAX_RANKS]
+
+
+def _rank_records(files: list[tuple[int, str]]):
+    """(rank, path, its JSON or the error) of each file, bounded each and all together: forty
+    hard links of one large record cost what the bound allows, not forty times it."""
+    left = MAX_RANK_BYTES
+    for rank, path in files:
+        if left <= 0:
+            return
+        try:
+            data = read_bytes(path, min(MAX_RANK_RECORD, left))
+            left -= len(data)
+            yield rank, path, json.loads(data.decode("utf-8"))
+        except (OSError, RecordError, ValueError, RecursionError) as exc:
+            yield rank, path, exc if isinstance(exc, (OSError, RecordError)) else \
+                RecordError(f"{path}: not valid JSON or UTF-8 text")
 
 
 def identity_path(status_dir: str, rank: int) -> str:
@@ -271,25 +448,26 @@ def failure_path(status_dir: str, rank: int) -> str:
 
 
 def write_identity(status_dir: str, ident: RankIdentity) -> None:
-    os.makedirs(status_dir, exist_ok=True)
-    write_json(identity_path(status_dir, ident.rank), ident.to_dict(), indent=None)
+    write_json(identity_path(status_dir, ident.rank), ident.to_dict(), indent=None,
+               root=os.path.dirname(status_dir))
 
 
 def read_identities(directory: str) -> list[RankIdentity]:
     """Every rank that started in this run (or sweep task) directory, by rank. Files being
     replaced or that are corrupt are left out: a rank's identity is a hint, not a verdict."""
     out = []
-    for _, path in _rank_files(os.path.join(directory, "status"), _RANK_FILE):
+    for _, path, data in _rank_records(_rank_files(os.path.join(directory, "status"), _RANK_FILE)):
         try:
-            out.append(_build(RankIdentity, read_json(path), path))
-        except (OSError, RecordError):
+            if not isinstance(data, Exception):
+                out.append(_build(RankIdentity, data, path))
+        except RecordError:
             continue
     return out
 
 
 def write_rank_failure(status_dir: str, failure: RankFailure) -> None:
-    os.makedirs(status_dir, exist_ok=True)
-    write_json(failure_path(status_dir, failure.rank), failure.to_dict(), indent=None)
+    write_json(failure_path(status_dir, failure.rank), failure.to_dict(), indent=None,
+               root=os.path.dirname(status_dir))
 
 
 def clear_rank_failure(status_dir: str, rank: int) -> None:
@@ -305,9 +483,11 @@ def read_rank_failures(run_dir: str, tasks: bool = True) -> list[RankFailure]:
     out = []
     dirs = _status_dirs(run_dir) if tasks else [(None, os.path.join(run_dir, "status"))]
     for task, status_dir in dirs:
-        for rank, path in _rank_files(status_dir, _FAILED_FILE):
+        for rank, path, data in _rank_records(_rank_files(status_dir, _FAILED_FILE)):
             try:
-                failure = _build(RankFailure, read_json(path), path)
+                if isinstance(data, Exception):
+                    raise data
+                failure = _build(RankFailure, data, path)
             except (OSError, RecordError) as exc:
                 failure = RankFailure(rank=rank, node="?", exit_status=1, error=f"unreadable: {exc}")
             failure.task = task
@@ -358,27 +538,53 @@ _PROGRESS_FILE = re.compile(r"^progress-(\d+)\.json$")
 
 
 def write_progress(status_dir: str, progress: Progress) -> None:
-    os.makedirs(status_dir, exist_ok=True)
     write_json(os.path.join(status_dir, f"progress-{progress.rank}.json"), progress.to_dict(),
-               indent=None)
+               indent=None, root=os.path.dirname(status_dir))
 
 
 def read_progress(directory: str) -> list[Progress]:
     """Every rank's newest progress in this run (or sweep task) directory, by rank; files being
     replaced or damaged are left out (progress is a report, not a verdict)."""
     out = []
-    for _, path in _rank_files(os.path.join(directory, "status"), _PROGRESS_FILE):
+    for _, path, data in _rank_records(_rank_files(os.path.join(directory, "status"),
+                                                    _PROGRESS_FILE)):
         try:
-            out.append(_build(Progress, read_json(path), path))
-        except (OSError, RecordError):
+            if not isinstance(data, Exception):
+                out.append(_checked_progress(_build(Progress, data, path), path))
+        except RecordError:
             continue
     return out
 
 
+MAX_TIME = 1e11  # epoch seconds (the year 5138): far beyond any real report
+MAX_INT = (1 << 63) - 1  # what JSON readers (and msgspec) take as a whole number
+
+
+def _finite(value, lo: float, hi: float) -> bool:
+    return lo <= value <= hi  # False for NaN; ±Infinity and huge values are out of range
+
+
+def _checked_progress(p: Progress, path: str) -> Progress:
+    """A report's numbers within what a rank can write (a run directory is shared: a forged or
+    damaged file must not reach the readers' arithmetic and formats): RecordError otherwise.
+    A metric that is not a number is left out; a NaN or infinite one (a diverged training) is
+    kept as None, which JSON can carry."""
+    if not (_finite(p.rank, 0, MAX_INT) and _finite(p.step, -MAX_INT, MAX_INT)
+            and _finite(p.attempt, 0, 1 << 31) and _finite(p.time, 0, MAX_TIME)
+            and _finite(p.since, 0, MAX_TIME)
+            and (p.rate is None or _finite(p.rate, 0, 1e15))):
+        raise RecordError(f"{path}: a value out of range")
+    metrics = {}
+    for name, value in list(p.metrics.items())[:1000]:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and len(name) <= 200:
+            metrics[name] = float(value) if _finite(value, -1e300, 1e300) else None
+    p.metrics = metrics
+    return p
+
+
 def write_job_failure(run_dir: str, failure: JobFailure) -> None:
     status_dir = os.path.join(run_dir, "status")
-    os.makedirs(status_dir, exist_ok=True)
-    write_json(os.path.join(status_dir, "failure.json"), failure.to_dict())
+    write_json(os.path.join(status_dir, "failure.json"), failure.to_dict(), root=run_dir)
 
 
 def read_job_failure(run_dir: str) -> JobFailure | None:
@@ -402,7 +608,8 @@ def archive_job_failure(run_dir: str) -> bool:
         return False
     except (OSError, RecordError) as exc:
         data = {"reason": "unknown", "exit_status": 1, "message": f"unreadable: {exc}"}
-    with open(os.path.join(status_dir, "failures.jsonl"), "a", encoding="utf-8") as f:
+    with open_append(os.path.join(status_dir, "failures.jsonl"), run_dir, "a",
+                     encoding="utf-8") as f:
         f.write(json.dumps(data, sort_keys=True) + "\n")
     try:
         os.remove(path)
@@ -445,8 +652,8 @@ class StopRequest:
 
 
 def write_stop_request(status_dir: str, request: StopRequest) -> None:
-    os.makedirs(status_dir, exist_ok=True)
-    write_json(os.path.join(status_dir, f"stop-{request.rank}.json"), request.to_dict(), indent=None)
+    write_json(os.path.join(status_dir, f"stop-{request.rank}.json"), request.to_dict(), indent=None,
+               root=os.path.dirname(status_dir))
 
 
 def clear_stop_request(status_dir: str, rank: int) -> None:
@@ -494,8 +701,7 @@ def read_excluded(run_dir: str) -> list[ExcludedNode]:
 
 
 def write_excluded(run_dir: str, nodes: list[ExcludedNode]) -> None:
-    os.makedirs(os.path.join(run_dir, "status"), exist_ok=True)
-    write_json(excluded_path(run_dir), [n.to_dict() for n in nodes])
+    write_json(excluded_path(run_dir), [n.to_dict() for n in nodes], root=run_dir)
 
 
 # ----------------------------------------------------------------------------- run.json

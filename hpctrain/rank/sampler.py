@@ -39,6 +39,7 @@ exits 0. Standard library only.
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 import re
@@ -50,6 +51,7 @@ import sys
 import time
 
 QUERY = "index,uuid,utilization.gpu,memory.used,memory.total,power.draw"
+MAX_GPU_ROWS = 64  # rows of one sample (GPUs of a node): more is not nvidia-smi's answer
 MAX_LINES = 400_000  # lines one sampler writes per attempt: ~2 weeks at 5 s with 8 GPUs
 COST_EVERY = 60.0  # seconds between two "cost" lines
 _CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -79,8 +81,9 @@ def _nnodes(torchrun_args: list[str]) -> int:
 
 def _settings(run_dir: str) -> tuple[float, dict | None]:
     """(sample interval in seconds, idle_gpus {below, for} or None) from bootstrap.json."""
-    with open(os.path.join(run_dir, "bootstrap.json"), "rb") as f:
-        data = json.loads(f.read(1 << 20))
+    from .records import read_json
+    data = read_json(os.path.join(run_dir, "bootstrap.json"))  # a regular file, bounded
+    data = data if isinstance(data, dict) else {}
     every = data.get("sample_every", 5)
     idle = data.get("idle_gpus")
     every = float(every) if isinstance(every, (int, float)) and not isinstance(every, bool) else 5.0
@@ -208,9 +211,9 @@ class Sampler:
         self.every = max(self.every, 0.2)
         self.job_id = os.environ.get("HPCTRAIN_JOB_ID") or os.environ.get("SLURM_JOB_ID") or ""
         self.attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-        os.makedirs(os.path.join(run_dir, "usage"), exist_ok=True)
-        self.out = open(os.path.join(run_dir, "usage", _file_node(self.node) + ".jsonl"), "a",
-                        buffering=1)
+        from .records import open_append
+        self.out = open_append(os.path.join(run_dir, "usage", _file_node(self.node) + ".jsonl"),
+                               run_dir, "a", buffering=1)  # never through a planted link
         self.lines = 0
         self.began = time.time()
         self.mono = time.monotonic()
@@ -256,16 +259,18 @@ class Sampler:
         job = os.environ.get("SLURM_JOB_ID")
         if not job or os.environ.get("SLURM_NODEID", "0") != "0" or not job.isdigit():
             return
-        try:
-            out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True,
-                                 text=True, timeout=20, stdin=subprocess.DEVNULL)
+        from . import tools
+        try:  # bounded: read as it comes, stopped past the cap
+            out = tools.run(["scontrol", "show", "job", "-o", job], timeout=20, limit=1 << 20)
         except (OSError, subprocess.SubprocessError) as exc:
             self.error(f"scontrol show job: {exc}")
             return
         if out.returncode != 0:
-            self.error(f"scontrol show job exited {out.returncode}: {out.stderr.strip()[:200]}")
+            said = out.stderr.decode("utf-8", "replace").strip()[:200]
+            self.error(f"scontrol show job exited {out.returncode}: {said}")
             return
-        fields = dict(re.findall(r"(?:^|\s)([A-Za-z/]+)=(\S*)", out.stdout[:65536]))
+        fields = dict(re.findall(r"(?:^|\s)([A-Za-z/]+)=(\S*)",
+                                 out.stdout[:65536].decode("utf-8", "replace")))
         tres = fields.get("AllocTRES") or fields.get("TRES") or ""
         found = re.search(r"gres/gpu=([0-9]+)", tres)
         gpus = int(found.group(1)) if found else 0
@@ -276,7 +281,7 @@ class Sampler:
             "source": "scontrol", "job_id": job, "attempt": self.attempt, "tres": tres[:1000],
             "gpus": gpus, "cpus": int(cpus) if cpus.isdigit() else None,
             "nodes": int(nodes) if nodes.isdigit() else None,
-            "start_time": fields.get("StartTime", "")[:40], "time": time.time()})
+            "start_time": fields.get("StartTime", "")[:40], "time": time.time()}, root=self.run_dir)
 
     # --- progress and idle
 
@@ -309,24 +314,25 @@ class Sampler:
             return
         below, window = float(self.idle["below"]), float(self.idle["for"])
         idle = all(u is not None and u < below for u in utils)
-        from .records import write_json
+        from .records import read_bytes, write_json
         if idle and self.idle_since is None:
             self.idle_since = now
             write_json(self.idle_path(self.node), {"node": self.node, "idle": True, "since": now,
-                                                   "job_id": self.job_id, "attempt": self.attempt})
+                                                   "job_id": self.job_id, "attempt": self.attempt},
+                       root=self.run_dir)
         elif not idle and self.idle_since is not None:
             self.idle_since = None
             write_json(self.idle_path(self.node), {"node": self.node, "idle": False, "since": now,
-                                                   "job_id": self.job_id, "attempt": self.attempt})
+                                                   "job_id": self.job_id, "attempt": self.attempt},
+                       root=self.run_dir)
         if self.idle_since is None or now - self.idle_since < window:
             return
         nodes, latest = [], 0.0
-        for path in glob.glob(os.path.join(self.status, "idle-*.json")):
+        for path in itertools.islice(glob.iglob(os.path.join(self.status, "idle-*.json")), 4096):
             if os.path.basename(path) == "idle-stop.json":
                 continue
             try:
-                with open(path, "rb") as f:
-                    rec = json.loads(f.read(65536))
+                rec = json.loads(read_bytes(path, 65536))  # a regular file, bounded
             except (OSError, ValueError):
                 continue
             if (isinstance(rec, dict) and rec.get("idle") is True
@@ -341,7 +347,7 @@ class Sampler:
         if not os.path.exists(stop):
             write_json(stop, {"below": below, "for": window, "since": latest, "time": now,
                               "nodes": sorted(nodes), "job_id": self.job_id,
-                              "attempt": self.attempt})
+                              "attempt": self.attempt}, root=self.run_dir)
         self.write({"kind": "idle_stop", "time": now, "below": below, "for": window})
         self.signal_ranks()
 
@@ -400,7 +406,7 @@ class Sampler:
                 row = parse_line(raw.decode("utf-8", "replace"))
                 if row is None:
                     continue
-                if any(r[0] == row[0] for r in group):
+                if any(r[0] == row[0] for r in group) or len(group) >= MAX_GPU_ROWS:
                     self.flush(group)
                     samples += 1
                     group = []
@@ -554,7 +560,7 @@ def idle_stopped(run_dir: str, status: int, started: float = 0.0) -> int:
              if isinstance(below, (int, float)) and isinstance(window, (int, float)) else "the GPUs idled")
     message = str(record.get("message", "")).replace("(SIGTERM)", f"(idle GPUs: {words})", 1)
     record.update(reason="idle_gpus", message=message, idle=idle)
-    write_json(path, record)
+    write_json(path, record, root=run_dir)
     write_job_failure(run_dir, JobFailure(
         reason="idle_gpus", exit_status=143, message=f"stopped {message}",
         job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("HPCTRAIN_JOB_ID"),

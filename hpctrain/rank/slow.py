@@ -19,6 +19,7 @@ import os
 import statistics
 from types import SimpleNamespace
 
+from .printable import printable
 from .records import ExcludedNode, bootstrap_section, now, read_excluded, read_identities, \
     read_progress, write_excluded, write_json
 
@@ -71,11 +72,11 @@ def verdict(run_dir: str, max_excluded: int) -> int:
     try:
         write_json(os.path.join(run_dir, "status", "slow.json"),
                    {"time": now(), "factor": cfg["factor"], "window": cfg["window"],
-                    "job_id": os.environ.get("HPCTRAIN_JOB_ID"), "ranks": slow})
+                    "job_id": os.environ.get("HPCTRAIN_JOB_ID"), "ranks": slow}, root=run_dir)
     except OSError:
         pass
     for s in slow:
-        print(f"slow rank: {describe(s)}", flush=True)
+        print(f"slow rank: {printable(describe(s))}", flush=True)  # a node's name: outside text
     if not (cfg["exclude"] and slow):
         return 0
     excluded = read_excluded(run_dir)

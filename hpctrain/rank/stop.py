@@ -118,7 +118,7 @@ def stopped_at(step: int, path: str | None) -> None:
         write_json(os.path.join(status_dir, f"stopped-at-{_state['rank']}.json"),
                    {"rank": _state["rank"], "step": int(step), "signal": _state["signal"],
                     "saved": os.path.abspath(path) if path else None, "time": time.time()},
-                   indent=None)
+                   indent=None, root=os.path.dirname(status_dir))
     except (OSError, TypeError, ValueError):
         pass
 

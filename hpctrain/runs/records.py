@@ -99,7 +99,14 @@ class Run(msgspec.Struct):
         rec = self.record
         for key, value in fields.items():
             setattr(rec, key, value)
-        rec.save(str(self.path / RECORD))
+        path = self.path / RECORD
+        try:  # rank/records.write_json: replaced atomically, never written through a link
+            rec.save(str(path))
+        except OSError as exc:
+            raise HpctrainError(f"cannot write {path}: {exc.strerror or exc}",
+                                fix=f"{RECORD} must be a regular file hpctrain wrote, in a "
+                                "directory you can write; restore it or remove the run "
+                                "directory") from None
         return rec
 
     @property

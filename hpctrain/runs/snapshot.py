@@ -199,12 +199,90 @@ def collect(workdir: str, settings: Snapshot, skip: list[str]) -> Source:
             raise HpctrainError(f"the code snapshot cannot copy {path}: it is {kind}, not a "
                                 "file", fix=f"leave it out: snapshot.exclude: [{name}] (or a "
                                 f"{IGNORE_FILE} line), or move it out of {root}")
+        if _stat.S_ISLNK(st.st_mode):
+            _check_link(path, name, root)
         if _stat.S_ISLNK(st.st_mode) and os.path.isdir(path) and _link_kept(path, root) is None:
             total += _tree_size(path)  # a directory's content is copied: counted here
         total += st.st_size
         files.append(name)
     return Source(root=root, rel=rel, method=method, files=files, bytes=total, commit=commit,
                   dirty=dirty)
+
+
+def _check_link(path: str, name: str, root: str) -> None:
+    """A symbolic link that loops (a -> b -> a, or through itself) never reaches a file: the
+    copy would stop on it with the system's bare ELOOP. A link to nothing is left out (copy())."""
+    import errno
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise HpctrainError(f"the code snapshot cannot copy {path}: it is a symbolic link "
+                                f"that loops ({name} -> {os.readlink(path)} -> ... never reaches "
+                                "a file)", fix=f"remove or repair the link, or leave it out: "
+                                f"snapshot.exclude: [{name}] (or a {IGNORE_FILE} line)") from None
+
+
+def holds(source: Source, rel: str) -> bool:
+    """Whether the copy brings the file at `rel` (relative to source.root): listed, in a listed
+    directory, or under a listed symbolic link to a directory, whose content copy() brings
+    (or which stays a link into the tree: either way the path opens in the copy)."""
+    held = set(source.files)
+    if rel in held or any(f.startswith(rel + os.sep) for f in held):
+        return True
+    parts = rel.split(os.sep)
+    for i in range(1, len(parts)):
+        above = os.sep.join(parts[:i])
+        path = os.path.join(source.root, above)
+        if above in held and os.path.islink(path) and os.path.isdir(path):
+            return True
+    return False
+
+
+def left_out(source: Source, rel: str, settings: Snapshot) -> tuple[str, str]:
+    """(why, fix) for a file under source.root that the copy does not bring (not holds()): the
+    rule that left it out, as collect() applied them, so that the message blames the right one."""
+    root = source.root
+
+    def pattern(lines) -> str | None:
+        return next((p for p in lines if p.strip() and not p.startswith("!")
+                     and _spec([p]).match_file(rel)), None)
+    off = "or set snapshot: false (the job then runs the live tree)"
+    found = pattern(settings.exclude)
+    if found:
+        return (f"snapshot.exclude leaves it out ({found!r})",
+                f"take {found!r} out of snapshot.exclude, or narrow it, {off}")
+    found = pattern(_read_lines(os.path.join(root, IGNORE_FILE)))
+    if found:
+        return (f"{IGNORE_FILE} leaves it out (line {found!r})",
+                f"take that line out of {os.path.join(root, IGNORE_FILE)}, {off}")
+    if source.method == "git":
+        import subprocess
+        try:
+            ignored = subprocess.run(["git", "-C", root, "check-ignore", "-q", "--no-index", rel],
+                                     capture_output=True, timeout=60).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            ignored = False
+        track = f"track it (git add -f {rel}), "
+        if ignored:
+            return ("git ignores it (.gitignore) and it is not tracked: the snapshot copies "
+                    "tracked files and untracked ones git does not ignore",
+                    f"{track}take it out of the ignore patterns, move it out of the ignored "
+                    f"folder, {off}")
+        found = pattern(DEFAULT_IGNORES)
+        if found:
+            return (f"it is not tracked by git and matches {found!r}, which the snapshot leaves "
+                    "out of untracked files (virtualenvs, outputs, caches)",
+                    f"{track}move it out of that folder, {off}")
+    else:
+        found = pattern(list(DEFAULT_IGNORES) + _read_lines(os.path.join(root, ".gitignore")))
+        if found:
+            origin = ("the snapshot's default ignores (virtualenvs, outputs, caches)"
+                      if found in DEFAULT_IGNORES else f"{os.path.join(root, '.gitignore')}")
+            return (f"{origin} leave{'s' if found not in DEFAULT_IGNORES else ''} it out "
+                    f"({found!r})", f"move it out of that folder, {off}")
+    return ("it lies where the snapshot copies nothing (the runs directory or hpctrain's "
+            "state)", f"move it into the project, {off}")
 
 
 def check_size(source: Source, settings: Snapshot, where: str | None) -> None:
@@ -277,8 +355,14 @@ def copy(source: Source, run_dir: Path) -> None:
         except FileNotFoundError:
             continue  # removed since it was listed, or a link that points nowhere
         except (PermissionError, shutil.Error) as exc:
-            raise HpctrainError(f"the code snapshot cannot copy {src}: "
-                                f"{getattr(exc, 'strerror', None) or 'not readable'}",
+            # copytree gathers its failures: [(source, destination, why), ...]; name the first.
+            first = exc.args[0][0] if isinstance(exc, shutil.Error) and exc.args and \
+                isinstance(exc.args[0], list) and exc.args[0] else None
+            if first and len(first) == 3:
+                src, reason = first[0], str(first[2])
+            else:
+                reason = getattr(exc, "strerror", None) or "not readable"
+            raise HpctrainError(f"the code snapshot cannot copy {src}: {reason}",
                                 fix=f"make it readable, or leave it out: snapshot.exclude: "
                                 f"[{name}] (or a {IGNORE_FILE} line)") from None
         copied.append(name)

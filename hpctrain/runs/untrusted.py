@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import HpctrainError
@@ -28,6 +29,9 @@ MAX_COUNT = 100_000  # array tasks, submitit tasks, nodes; Slurm's own MaxArrayS
 MAX_PROCS = 4096  # ranks per node
 MAX_TEXT = 4096  # one string value of a record
 MAX_LIST = 100_000  # entries of one list of a record
+MAX_LINE = 1 << 20  # one line of a .jsonl file (a sample line is ~200 bytes)
+MAX_COMMAND_BYTES = 1 << 30  # bytes one command reads from run directories, all files together
+MAX_FILES = 100_000  # files one command reads from run directories
 
 # Ids as hpctrain makes them: run ids (runs/records.new_run_id), job names, job ids of any backend
 # (1234, 1234_5, local-4321, ws1:4321): letters, digits and . _ - : @, never a space, a newline,
@@ -39,6 +43,9 @@ JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}")
 
 class Unreadable(OSError):
     """A path in a run directory that is not a regular file, or is larger than its bound."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 def _describe(mode: int) -> str:
@@ -81,6 +88,76 @@ def read_regular(path, limit: int = MAX_RECORD) -> bytes:
 
 def read_text(path, limit: int = MAX_RECORD) -> str:
     return read_regular(path, limit).decode("utf-8", errors="replace")
+
+
+class Budget:
+    """What one command reads from run directories, all files together: a bound in bytes and
+    in files, so that forty hard links (or forty copies) of one large file, each within its own
+    bound, still cannot fill the memory. Take one per command; a reader charges what it read."""
+
+    def __init__(self, limit: int = MAX_COMMAND_BYTES, files: int = MAX_FILES):
+        self.left, self.files = limit, files
+        self.limit = limit
+
+    def open(self, path) -> None:
+        """Charge one file (Unreadable when the command has read its number of files)."""
+        if self.files <= 0:
+            raise Unreadable(0, f"{path}: not read, this command has read its {MAX_FILES} files")
+        self.files -= 1
+
+    def take(self, path, n: int) -> None:
+        """Charge n bytes (Unreadable once the command has read its bytes)."""
+        self.left -= n
+        if self.left < 0:
+            raise Unreadable(0, f"{path}: not read to its end, this command has read "
+                                f"{_size(self.limit)} from run directories")
+
+
+def read_lines(path, budget: Budget | None = None, limit: int = MAX_RECORD,
+               max_line: int = MAX_LINE, max_lines: int = MAX_LIST):
+    """The lines of a regular file (bytes, without their newline), read a piece at a time:
+    at most `limit` bytes and `max_lines` lines, each charged to `budget`. A line longer than
+    `max_line` ends the reading (a damaged or forged file: a 3 GiB file with no newline costs
+    `max_line` bytes, not 3 GiB); what came before it is kept."""
+    if budget is not None:
+        budget.open(path)
+    with open_regular(path) as f:
+        pending, read, count = b"", 0, 0
+        while read < limit and count < max_lines:
+            chunk = f.read(min(1 << 16, limit - read))
+            if not chunk:
+                break
+            read += len(chunk)
+            if budget is not None:
+                budget.take(path, len(chunk))
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines[:max_lines - count]:
+                if len(line) > max_line:
+                    return
+                yield line
+            count += len(lines)
+            if len(pending) > max_line:
+                return
+        if pending and count < max_lines and read < limit and len(pending) <= max_line:
+            yield pending
+
+
+# ----------------------------------------------------------------------------- writing
+
+@contextmanager
+def writing(path, root=None):
+    """A binary file whose bytes become `path` when the block ends, written the one way into a
+    run directory (rank/records.replacing): every directory below `root` (the run directory; by
+    default the file's own) entered without following a link, and a link, a named pipe or any
+    other non-regular file at `path` refused at once. HpctrainError (exit 2) for those."""
+    from ..rank.records import replacing
+    try:
+        with replacing(str(path), None if root is None else str(root)) as f:
+            yield f
+    except OSError as exc:
+        raise HpctrainError(f"cannot write {path}: {exc.strerror or exc}",
+                            fix="remove what is there (hpctrain writes its own file), or give "
+                            "another path") from None
 
 
 def _size(n: int) -> str:
@@ -186,7 +263,7 @@ def job_notify_var(run_path: Path) -> str | None:
     return name if isinstance(name, str) and ENV_NAME.fullmatch(name) else None
 
 
-def _job_doc(run_path: Path) -> dict:
+def job_doc(run_path: Path) -> dict:
     """A run's resolved job (its job.yaml, as submit wrote it): {} when there is none."""
     import yaml
     path = Path(run_path) / "job.yaml"
@@ -204,7 +281,7 @@ def _job_doc(run_path: Path) -> dict:
 def job_container_tool(run_path: Path) -> str | None:
     """'podman' or 'docker' when a run's job runs its ranks in a container of that runtime (the
     names hpctrain itself runs: nothing else from the file becomes a command); None otherwise."""
-    container = _job_doc(run_path).get("container")
+    container = job_doc(run_path).get("container")
     runtime = container.get("runtime") if isinstance(container, dict) else None
     return runtime if runtime in ("podman", "docker") else None
 
@@ -213,7 +290,7 @@ def job_secrets(run_path: Path) -> list[str]:
     """The secret names of a run's resolved job (its job.yaml, as submit wrote it), checked:
     environment variable names, at most 256. `submit --resume` needs them set again."""
     path = Path(run_path) / "job.yaml"
-    data = _job_doc(run_path)
+    data = job_doc(run_path)
     names = data.get("secrets")
     if names is None:
         return []

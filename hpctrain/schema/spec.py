@@ -30,9 +30,15 @@ EnvValue = Union[str, int, float, bool]
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
 SlurmTime = Annotated[str, Meta(pattern=r"^([0-9]+-[0-9]+(:[0-9]+){0,2}|[0-9]+(:[0-9]+){0,2})\Z")]
 Memory = Annotated[str, Meta(pattern=r"^[0-9]+[KMGT]?\Z")]
-Count = Annotated[int, Meta(ge=1)]
-NonNeg = Annotated[int, Meta(ge=0)]
-Seconds = Annotated[int, Meta(ge=1)]
+# Upper bounds: a duration reaches time.sleep, select/poll and subprocess timeouts, which take at
+# most 2^31 ms (24.8 days; Python raises OverflowError beyond), and a count reaches range() and
+# the run record (runs/untrusted.py holds nodes to 100000, ranks per node to 4096). A value
+# beyond them is refused at load, with its file:line, instead of failing every node later.
+MAX_SECONDS = 2_000_000  # 23 days
+MAX_COUNT = 1_000_000
+Count = Annotated[int, Meta(ge=1, le=MAX_COUNT)]
+NonNeg = Annotated[int, Meta(ge=0, le=MAX_COUNT)]
+Seconds = Annotated[int, Meta(ge=1, le=MAX_SECONDS)]
 Duration = Annotated[str, Meta(pattern=r"^[0-9]{1,7}(s|m|h)\Z")]  # 90s, 20m, 1h
 
 
@@ -41,11 +47,12 @@ class _Strict(Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=Tr
 
 
 class Resources(_Strict):
-    nodes: Annotated[Count, Meta(description="nodes of the job; one torchrun on each")] = 1
-    gpus_per_node: Annotated[NonNeg, Meta(description=(
+    nodes: Annotated[Annotated[int, Meta(ge=1, le=100_000)], Meta(description=(
+            "nodes of the job; one torchrun on each"))] = 1
+    gpus_per_node: Annotated[Annotated[int, Meta(ge=0, le=4096)], Meta(description=(
             "GPUs per node; every rank sees all of them and the bootstrap pins "
             "cuda:LOCAL_RANK"))] = 0
-    procs_per_node: Annotated[Count | None, Meta(description=(
+    procs_per_node: Annotated[Annotated[int, Meta(ge=1, le=4096)] | None, Meta(description=(
             "ranks per node; null: gpus_per_node, or 1 without GPUs"))] = None
     cpus_per_proc: Annotated[Count | None, Meta(description=(
             "CPUs per rank (--cpus-per-task = ranks x this); null: the library's "
@@ -83,7 +90,7 @@ class Launcher(_Strict):
     collective_timeout: Annotated[Seconds | None, Meta(description=(
             "default timeout in seconds of every process group (NCCL/gloo) "
             "collective; null: torch's"))] = None
-    monitor_interval: Annotated[Annotated[float, Meta(gt=0)] | None, Meta(description=(
+    monitor_interval: Annotated[Annotated[float, Meta(gt=0, le=3600)] | None, Meta(description=(
             "seconds between torchrun's checks on its worker processes; null: "
             "torchrun's"))] = None
     preflight: Annotated[bool | None, Meta(description=(
@@ -221,6 +228,10 @@ class IdleGpus(_Strict):
             "for this long (seconds, or 90s, 20m, 1h): then the run saves and ends"))] = field(
                 default="20m", name="for")
 
+    def __post_init__(self):
+        if self.seconds > MAX_SECONDS:  # "9999999h" fits the pattern
+            raise ValueError(f"'for' is {self.for_}, longer than {MAX_SECONDS} s (23 days)")
+
     @property
     def seconds(self) -> int:
         if isinstance(self.for_, int):
@@ -254,6 +265,14 @@ class Health(_Strict):
     timeout: Annotated[Seconds, Meta(description=(
             "seconds one nvidia-smi query may take before the node counts as "
             "unhealthy"))] = 30
+    require_nvidia_smi: Annotated[bool, Meta(description=(
+            "a job that asks for GPUs fails a node whose nvidia-smi is missing or answers "
+            "without a field the gate reads; false: such a node passes unchecked, with a "
+            "note (a site without NVIDIA's tools)"))] = True
+    cuda: Annotated[bool, Meta(description=(
+            "each of the job's GPUs takes a tiny CUDA allocation (torch, in the job's "
+            "interpreter) before training; skipped with a note where torch is not "
+            "importable, and where the ranks run on CPU (cpu_mode: on)"))] = True
     dcgm_diag: Annotated[bool, Meta(description=(
             "also run DCGM's quick diagnostic (dcgmi diag -r 1) on each node where dcgmi "
             "is installed; a test it fails fails the node"))] = False
@@ -391,15 +410,21 @@ class SshOptions(_Strict):
             "ssh -l; null: ssh's own choice (~/.ssh/config, then the local user)"))] = None
     port: Annotated[Annotated[int, Meta(ge=1, le=65535)] | None, Meta(description="ssh -p")] = None
     identity: Annotated[str | None, Meta(description="IdentityFile, with IdentitiesOnly")] = None
-    known_hosts: Annotated[str | None, Meta(description="UserKnownHostsFile")] = None
+    known_hosts: Annotated[str | None, Meta(description=(
+            "UserKnownHostsFile; its name holds known_hosts (ssh adds the keys it accepts to "
+            "it)"))] = None
     host_key: Annotated[Literal["strict", "accept-new", "ignore"], Meta(description=(
             "StrictHostKeyChecking: strict (only known keys), accept-new "
             "(remember a first key, refuse a changed one), ignore"))] = "strict"
     connect_timeout: Annotated[Seconds, Meta(description=(
             "seconds before a host that does not answer is named"))] = 10
     options: Annotated[list[str], Meta(description=(
-            "more ssh options, Key=value each (as after ssh -o); those that run "
-            "programs belong in ~/.ssh/config"))] = []
+            "more ssh options, Key=value each (as after ssh -o), only these: "
+            "ServerAliveInterval, ServerAliveCountMax, ConnectionAttempts, TCPKeepAlive, "
+            "Compression, AddressFamily, IPQoS, Ciphers, PreferredAuthentications, "
+            "PubkeyAuthentication, PasswordAuthentication, KbdInteractiveAuthentication, "
+            "GSSAPIAuthentication (none runs a program, forwards, redirects the connection or "
+            "changes host-key trust); anything else belongs in your own ~/.ssh/config"))] = []
 
 
 class SyncRule(_Strict):
@@ -573,8 +598,10 @@ def _type_at(root: type, path: tuple):
         tp = _struct_in(_unwrap(tp))
         if isinstance(tp, type) and issubclass(tp, Struct):
             hints = typing.get_type_hints(tp, include_extras=True)
-            if key not in hints:
-                return None
+            if key not in hints:  # a key renamed in YAML (`for` is the field `for_`)
+                key = {f.encode_name: f.name for f in msgspec.structs.fields(tp)}.get(key)
+                if key not in hints:
+                    return None
             tp = hints[key]
         else:
             args = typing.get_args(tp)
@@ -644,7 +671,8 @@ def explain(exc: msgspec.ValidationError, root: type, where, data=None) -> Hpctr
     elif missing:
         key = missing.group(1)
         what = f"missing required key '{key}'" + (f" in '{dotted}'" if dotted else "")
-        fix = f"add '{key}: …'"
+        fix = f"add '{key}: …'" if (dotted, key) != ("notify", "url_from") else (
+            "add url_from: NAME, the environment variable that holds the webhook URL")
     else:
         options = _literal_options(_type_at(root, path))
         if what.startswith("Invalid enum value") and options:
@@ -653,6 +681,14 @@ def explain(exc: msgspec.ValidationError, root: type, where, data=None) -> Hpctr
             if bad:
                 fix = did_you_mean(bad.group(1), options)
         value = _value_at(data, path)
+        if path[-2:] == ("notify", "url_from"):
+            what, fix = _url_from_error(value)
+            return HpctrainError(what, where(path), fix)
+        text_number = _exponent_as_text(root, path, value)
+        if text_number:
+            return HpctrainError(f"'{dotted}' is {value}, which YAML 1.1 reads as text, not a "
+                                 "number (its exponent lacks a '.' or a sign)", where(path),
+                                 text_number)
         if "regex" in what:
             what = f"'{dotted}' is {value!r}, which is not valid here" if value is not _MISSING \
                 else f"'{dotted}' does not have the required form"
@@ -669,6 +705,63 @@ def explain(exc: msgspec.ValidationError, root: type, where, data=None) -> Hpctr
             else:
                 fix = fix or _type_hint(what)
     return HpctrainError(what, where(path), fix)
+
+
+def _url_from_error(value) -> tuple[str, str]:
+    """(what, fix) for a notify.url_from that is not a variable's name. A pasted URL is a secret
+    (it may carry a token): it is not repeated."""
+    example = "e.g. export NTFY_URL='https://ntfy.sh/my-topic' and url_from: NTFY_URL"
+    if isinstance(value, str) and ("://" in value or "/" in value):  # ntfy.sh/topic too
+        return ("'notify.url_from' holds a URL, but it takes the name of the environment "
+                "variable that holds the URL (the URL itself is never written into a job)",
+                f"put the URL in a variable and give its name: {example}")
+    if isinstance(value, str) and value.startswith("$"):
+        name = value.strip("${}")
+        return (f"'notify.url_from' is {value[:64]!r}: it takes the variable's name, not its "
+                f"value", f"write the name without '$': url_from: {name or 'NTFY_URL'}")
+    shown = repr(value[:64]) if isinstance(value, str) else repr(value)[:64]
+    return (f"'notify.url_from' is {shown}, not the name of an environment variable",
+            "give the name of the variable that holds the webhook URL (a letter or '_', then "
+            f"letters, digits and '_'): {example}")
+
+
+# A number with an exponent that YAML 1.1 (PyYAML) leaves as text: 1.5e1, 1e3, 2E-5. It takes
+# an exponent only after a '.' in the number and with a sign: 1.5e+1, 1.0e+3.
+_EXPONENT = re.compile(r"([-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))[eE]([-+]?)([0-9]{1,3})")
+
+
+def _exponent_as_text(root: type, path: tuple, value) -> str | None:
+    """The fix for a key that takes a number whose value YAML read as text only because of how
+    its exponent is written; None for anything else."""
+    match = _EXPONENT.fullmatch(value) if isinstance(value, str) else None
+    kind = _number_kind(_type_at(root, path)) if match else None
+    if kind is None:
+        return None
+    number = float(value)
+    if kind is int:
+        return (f"write it as {int(number)}" if number.is_integer()
+                else f"give a whole number ({value} is {number!r})")
+    mantissa, sign, exponent = match.groups()
+    spelled = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{sign or '+'}{exponent}"
+    plain = repr(number)
+    return f"write it as {spelled}" + (f" or {plain}" if plain[-1].isdigit() and "e" not in plain
+                                       else "")
+
+
+def _number_kind(tp):
+    """float where a key takes any number, int where it takes whole numbers only, else None."""
+    import types
+    import typing
+    kinds, stack = set(), [tp]
+    while stack:
+        t = stack.pop()
+        if typing.get_origin(t) is Annotated:
+            stack.append(typing.get_args(t)[0])
+        elif typing.get_origin(t) is Union or isinstance(t, types.UnionType):
+            stack.extend(typing.get_args(t))
+        elif t in (int, float):
+            kinds.add(t)
+    return float if float in kinds else (int if kinds else None)
 
 
 _EXPECTED = {"int": "a whole number", "str": "text (quote it if YAML reads it as something "

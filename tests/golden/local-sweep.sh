@@ -19,7 +19,7 @@ K=2
 # task that never started is recorded as stopped before it started. This shell waits for them.
 STOP_SIGNAL=""
 TASKS=()
-# shellcheck disable=SC2317  # called by the traps below
+# shellcheck disable=SC2317,SC2329  # called by the traps below (SC2329: shellcheck >= 0.10)
 on_stop() {  # SIG
   [[ -z $STOP_SIGNAL ]] || return 0
   STOP_SIGNAL=$1

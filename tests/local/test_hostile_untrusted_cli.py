@@ -16,7 +16,9 @@ RUN_ID = "20240101-000000-abcd"
 
 
 def _variants(canary: str) -> dict[str, dict]:
-    ok = ["ssh", "-o", "BatchMode=yes"]
+    ok = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR",
+          "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
+          "-o", "StrictHostKeyChecking=yes"]  # what submit writes for a default ssh: section
     return {
         "remote ssh is sh -c": {"backend": "slurm", "job_id": "12",
                                 "remote": {"login": "h", "ssh": ["sh", "-c", f"touch {canary}"],

@@ -1,5 +1,7 @@
 """`hpctrain shell` on the local site, through a real pseudo-terminal: a shell here with the
-job's environment, `hpctrain launch` runs the job script in it, and the shell ends with hpctrain."""
+job's environment, `hpctrain launch` runs the job script in it, and the shell ends with hpctrain.
+`hpctrain attach` on a running local run: a shell in its run directory, and every rank's stack
+(`--stacks`: the run's own copy of the rank side, under the job's interpreter)."""
 from __future__ import annotations
 
 import os
@@ -53,3 +55,25 @@ def test_local_shell_launches_the_job_here_and_ends_with_hpctrain(cli, tmp_path)
                or "Z" in Path(f"/proc/{shell_pid}/stat").read_text().rsplit(")", 1)[1].split()[0],
                30, "the shell to end with hpctrain")
     child.close(force=True)
+
+
+def test_local_attach_opens_a_shell_and_shows_every_ranks_stack(cli, tmp_path):
+    jf = job_file(tmp_path, "peek", procs=2, args=["--seconds", "60"])
+    out = cli("submit", jf, "--site", "local", cwd=tmp_path).stdout
+    run_dir = Path(re.search(r"run directory: (\S+)", out).group(1))
+    try:
+        wait_until(lambda: len(list((run_dir / "status").glob("rank-[0-9].json"))) == 2, 60,
+                   "both ranks to start")
+        said = cli("attach", str(run_dir), "--stacks").stdout
+        assert said.count("--- rank ") == 2, said
+        # Each rank is in the worker's loop, called through the run's own bootstrap.
+        assert len(re.findall(r'File ".*worker\.py", line \d+ in main', said)) == 2, said
+        assert f'File "{run_dir}/rank/bootstrap.py"' in said, said
+
+        child = spawn("attach", str(run_dir))
+        child.sendline('echo "W""=$PWD"; exit')
+        child.expect(r"W=(\S+)\r\n")
+        assert child.match.group(1) == str(run_dir)
+        child.expect(pexpect.EOF)
+    finally:
+        cli("cancel", str(run_dir), check=False)

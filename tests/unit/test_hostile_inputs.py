@@ -36,6 +36,7 @@ from hpctrain.rendering.quoting import comment as _comment, q as _q
 from hpctrain.submission import _write_job_dir, prepare
 from hpctrain.schema.yamlfile import load_text
 from tests.hostile import CONTROL, canary_payloads, tried
+from tests.shellcheck import SHELLCHECK
 
 STUB = Path(__file__).resolve().parents[1] / "programs" / "record_launch.sh"
 ENV_REF = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
@@ -379,7 +380,7 @@ def _shellcheck(scripts: list[str], tmp: Path) -> None:
         path = tmp / f"check-{i}.sh"
         path.write_text(text)
         files.append(str(path))
-    proc = subprocess.run(["shellcheck", "--severity=style", "--shell=bash", *files],
+    proc = subprocess.run([SHELLCHECK, "--severity=style", "--shell=bash", *files],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[:4000]
 

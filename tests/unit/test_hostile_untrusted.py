@@ -77,7 +77,10 @@ def _refused(d: Path, key: str) -> HpctrainError:
 
 # ----------------------------------------------------------------------------- records
 
-SSH_OK = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
+# What submit writes for a site's default ssh: section (a record holds exactly that).
+SSH_OK = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR",
+          "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
+          "-o", "StrictHostKeyChecking=yes"]
 
 
 def _record_variants(canary: str) -> dict[str, tuple[dict, str]]:

@@ -60,6 +60,6 @@ def test_the_checks_find_what_is_missing(gen):
 def test_pages_show_type_default_and_allowed_values(gen):
     job = gen.pages()["job.md"]
     assert "| `preemption.signal` | one of `USR1`, `USR2`" in job
-    assert "| `resources.nodes` | integer ≥ 1 | `1` |" in job
+    assert "| `resources.nodes` | integer ≥ 1, ≤ 100000 | `1` |" in job
     assert "— one of `command`, `rl_games`" in job  # the library registry's names
     assert "| `name` | text at most 100 characters | required |" in job

@@ -10,6 +10,7 @@ import pytest
 from hpctrain.job.load import load_job
 from hpctrain.job.plan import make_plan
 from hpctrain.submission import prepare, render
+from tests.shellcheck import SHELLCHECK
 
 BASE = {"name": "ddp-check", "library": "command", "script": "train.py",
         "args": ["--steps", "10"], "python": "python"}
@@ -231,7 +232,7 @@ class Shellcheck:
         for ahead in self.cases[i:i + (os.cpu_count() or 2)]:
             if ahead not in self.procs:
                 self.procs[ahead] = subprocess.Popen(
-                    ["shellcheck", "--severity=style", "--shell=bash", str(GOLDEN / f"{ahead}.sh")],
+                    [SHELLCHECK, "--severity=style", "--shell=bash", str(GOLDEN / f"{ahead}.sh")],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out, _ = self.procs[case].communicate()
         return self.procs[case].returncode, out
@@ -281,7 +282,7 @@ def test_shell_scripts_match_golden_and_pass_shellcheck(case, site_dir, home, tm
             path.write_text(text)
         assert text == path.read_text(), f"{path} differs: run pytest --update-golden and review"
         (tmp_path / path.name).write_text(text)
-    proc = subprocess.run(["shellcheck", "--severity=style", "--shell=bash",
+    proc = subprocess.run([SHELLCHECK, "--severity=style", "--shell=bash",
                            *(str(tmp_path / f"{case}.{k}.sh") for k in ("shell", "launch"))],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
@@ -296,7 +297,7 @@ def test_packaged_sites_render_clean(site, nodes, home, tmp_path):
     job = load_job(dict(BASE, resources={"nodes": nodes}), site=site)
     script = tmp_path / "job.sh"
     script.write_text(render(job))
-    proc = subprocess.run(["shellcheck", "--severity=style", "--shell=bash", str(script)],
+    proc = subprocess.run([SHELLCHECK, "--severity=style", "--shell=bash", str(script)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
 

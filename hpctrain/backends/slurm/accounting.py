@@ -29,7 +29,8 @@ _STATE = re.compile(r"[A-Z_]{1,40}")
 
 def _seconds(text: str) -> float | None:
     """sacct's TotalCPU / Elapsed: [D-]HH:MM:SS[.mmm] or MM:SS.mmm."""
-    m = re.fullmatch(r"(?:([0-9]{1,6})-)?(?:([0-9]{1,2}):)?([0-9]{1,2}):([0-9]{1,2}(?:\.[0-9]{1,6})?)", text.strip())
+    m = re.fullmatch(r"(?:([0-9]{1,6})-)?(?:([0-9]{1,9}):)?([0-9]{1,9}):([0-9]{1,9}(?:\.[0-9]{1,9})?)",
+                     text.strip())
     if not m:
         return None
     d, h, mi, s = m.groups()
@@ -37,7 +38,7 @@ def _seconds(text: str) -> float | None:
 
 
 def _mib(text: str) -> float | None:
-    m = re.fullmatch(r"([0-9]{1,15}(?:\.[0-9]{1,6})?)([KMGTP]?)", text.strip())
+    m = re.fullmatch(r"([0-9]{1,15}(?:\.[0-9]{1,9})?)([KMGTP]?)", text.strip())
     if not m:
         return None
     scale = {"": 1 / 1048576, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1 << 20, "P": 1 << 30}

@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ...errors import HpctrainError
+from ...rank import tools
 from ...runs.records import Run
 from .. import commands
 from ..ssh import openssh
@@ -140,7 +141,9 @@ def checked_far(far, where: str) -> dict:
         if not isinstance(far, dict):
             raise ValueError(f"{where}' is not a mapping")
         openssh.checked_host(far.get("login"), f"{where}.login'")
-        openssh.checked_words(far.get("ssh"), f"{where}.ssh'")
+        # Exactly what ssh_words writes, from options a site profile may give: never a program
+        # run here, a forwarding, another host or a weaker host-key check.
+        far = dict(far, ssh=openssh.checked_words(far.get("ssh"), f"{where}.ssh'"))
         openssh.checked_timeout(far.get("connect_timeout"), f"{where}.connect_timeout'")
         path = far.get("path")
         if not (isinstance(path, str) and path.startswith("/") and len(path) <= 4096
@@ -256,7 +259,7 @@ class Login:
 
     def _rsync(self, command: list[str], data: bytes, timeout: float, far: str) -> None:
         try:
-            proc = subprocess.run(command, input=data, capture_output=True, timeout=timeout)
+            proc = tools.run(command, timeout, input=data)
         except FileNotFoundError:
             raise HpctrainError("'rsync' is not installed here; submitting through a login node "
                                 "copies the code with it",
@@ -265,6 +268,8 @@ class Login:
         except subprocess.TimeoutExpired:
             raise SchedulerError(command[:1], None, f"rsync with {self.host} did not finish "
                                  f"within {timeout:.0f} s") from None
+        except OSError as exc:
+            raise SchedulerError(command[:1], None, f"rsync with {self.host}: {exc}") from None
         if proc.returncode == 0:
             return
         said = " ".join(proc.stderr.decode(errors="replace").split())

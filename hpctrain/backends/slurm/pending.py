@@ -13,7 +13,7 @@ and the facts that make it concrete, each from one more query asked only while s
 
 A reason this module does not know is shown as Slurm wrote it (category "other"), never hidden.
 Everything read from Slurm is untrusted text: each value is cut to a bound and stripped of
-control characters before it is shown or stored (clean()).
+control characters before it is shown or stored (rank/printable.py clean()).
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ import time
 
 from .. import commands
 from . import reservations
-from .reservations import clean, when
+from ...rank.printable import clean
+from .reservations import when
 
 # category -> (what it means, what helps). {...} fields are filled in by explain().
 WHY = {
@@ -224,11 +225,7 @@ def sentence(why: dict, job: str) -> tuple[str, str]:
     if cat == "reservation":
         res = why.get("reservations") or []
         if res:
-            shown = "; ".join(f"{r['name']} ({'maintenance, ' if r.get('maint') else ''}"
-                              f"{r['start']} to {r['end']} on {r['nodes']})" for r in res[:3])
-            return (f"a reservation holds the nodes: {shown}",
-                    f"it starts after {res[0]['name']} ends; a resources.time that ends before "
-                    f"{res[0]['start']} could start now")
+            return reservations.holding_text(res)
         return f"a reservation or maintenance holds the nodes ({raw})", \
             "wait for it to end (`scontrol show reservation` lists them)"
     if cat == "dependency":

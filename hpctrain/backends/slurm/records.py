@@ -12,6 +12,7 @@ remembers jobs older than MinJobAge). Tested against Slurm 22.05.8's real output
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 
@@ -55,15 +56,25 @@ class Record:
         return max(0, int(end - self.start))
 
 
+MAX_JOB_ID = (1 << 63) - 1
+MAX_TASKS = 100_000  # indices of one array expression (runs/untrusted.py's bound on array_size)
+_TASK_PART = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9}))?(?::([1-9][0-9]{0,8}))?")
+
+
 def expand_tasks(text: str) -> tuple[int, ...]:
-    """Slurm's array index expression ("0-3%2", "1,4-6", "0-10:2") -> the indices."""
-    text = text.split("%", 1)[0].strip("[]")
+    """Slurm's array index expression ("0-3%2", "1,4-6", "0-10:2") -> the indices; () for text
+    that is not one, and at most MAX_TASKS of them (the tool's output is untrusted)."""
+    text = str(text).split("%", 1)[0].strip("[]")
     out: list[int] = []
     for part in filter(None, text.split(",")):
-        rng, _, step = part.partition(":")
-        lo, _, hi = rng.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1, int(step or 1)))
-    return tuple(out)
+        m = _TASK_PART.fullmatch(part)
+        if m is None:
+            return ()
+        lo, hi, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
+        out.extend(range(lo, min(hi, lo + step * (MAX_TASKS - len(out))) + 1, step))
+        if len(out) >= MAX_TASKS:
+            break
+    return tuple(out[:MAX_TASKS])
 
 
 def compress(tasks) -> str:
@@ -80,6 +91,7 @@ def compress(tasks) -> str:
 
 def _wait_status(raw: int | None) -> int | None:
     """A raw wait status as the shell reports it: exit N -> N, killed by signal S -> 128+S."""
+    raw = _count(raw, 1 << 31)
     if raw is None:
         return None
     sig = raw & 0x7F
@@ -87,7 +99,20 @@ def _wait_status(raw: int | None) -> int | None:
 
 
 def _none(value) -> str | None:
-    return None if value in (None, "", "None", "(null)") else str(value)
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        return None  # a mapping or a list where Slurm writes text: not what this parser knows
+    return None if value in ("", "None", "(null)") else str(value)[:100_000]
+
+
+def _count(value, hi: int) -> int | None:
+    """A whole number 0..hi from the tool's output, or None."""
+    return value if type(value) is int and 0 <= value <= hi else None
+
+
+def _epoch(value) -> float | None:
+    """Epoch seconds (0: Slurm's "not yet"), or None."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e11
+    return float(value) if ok else None
 
 
 # ----------------------------------------------------------------------------- squeue --json
@@ -97,10 +122,13 @@ def squeue_errors(text: str) -> list[str]:
     reach the controller: "slurm_load_jobs: Unable to contact slurm controller")."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ["squeue --json printed no JSON"]
+    if not isinstance(data, dict) or not isinstance(data.get("jobs", []), list):
+        return ["squeue --json printed JSON without a list of jobs"]
+    errors = data.get("errors") or []
     out = []
-    for e in data.get("errors") or []:
+    for e in errors if isinstance(errors, list) else [errors]:
         if isinstance(e, dict):
             parts = [str(e.get(k)) for k in ("source", "description", "error") if e.get(k)]
             out.append(": ".join(parts) or str(e))
@@ -110,20 +138,26 @@ def squeue_errors(text: str) -> list[str]:
 
 
 def parse_squeue_json(text: str) -> list[Record]:
+    """`squeue --json`'s jobs (checked by squeue_errors first); a record without a job id or
+    with values of another shape than Slurm writes is left out, a value is bounded."""
     data = json.loads(text)
     out = []
     for j in data.get("jobs", []):
-        array = j.get("array_job_id") or 0
-        task = j.get("array_task_id")
+        job_id = _count(j.get("job_id"), MAX_JOB_ID) if isinstance(j, dict) else None
+        if job_id is None:
+            continue
+        array = _count(j.get("array_job_id"), MAX_JOB_ID) or 0
+        task = _count(j.get("array_task_id"), MAX_JOB_ID)
         pending = expand_tasks(j["array_task_string"]) if array and task is None and \
-            j.get("array_task_string") else ()
+            isinstance(j.get("array_task_string"), str) else ()
         out.append(Record(
-            job_id=str(j["job_id"]), array_job_id=str(array) if array else None, task=task,
-            pending_tasks=pending, state=j.get("job_state") or "UNKNOWN",
+            job_id=str(job_id), array_job_id=str(array) if array else None, task=task,
+            pending_tasks=pending, state=_none(j.get("job_state")) or "UNKNOWN",
             reason=_none(j.get("state_reason")), exit_code=_wait_status(j.get("exit_code")),
-            nodes=_none(j.get("nodes")), node_count=j.get("node_count"),
-            start=j.get("start_time") or None, end=j.get("end_time") or None,
-            restarts=j.get("restart_cnt") or 0, stdout=_none(j.get("standard_output")),
+            nodes=_none(j.get("nodes")), node_count=_count(j.get("node_count"), MAX_JOB_ID),
+            start=_epoch(j.get("start_time")), end=_epoch(j.get("end_time")),
+            restarts=_count(j.get("restart_cnt"), MAX_JOB_ID) or 0,
+            stdout=_none(j.get("standard_output")),
             dependency=_none(j.get("dependency")), partition=_none(j.get("partition")),
             qos=_none(j.get("qos")), user=_none(j.get("user_name")),
             reservation=_none(j.get("resv_name"))))
@@ -148,8 +182,14 @@ def _scontrol_time(text: str | None) -> float | None:
         return None
     try:
         return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
+
+
+def _digits(text: str) -> int | None:
+    """A count the tool wrote as ASCII digits (str.isdigit also takes '²' and other scripts'
+    digits, which int() refuses), bounded; else None."""
+    return int(text) if re.fullmatch(r"[0-9]{1,12}", text or "") else None
 
 
 def _exit_pair(text: str | None) -> int | None:
@@ -157,9 +197,9 @@ def _exit_pair(text: str | None) -> int | None:
     if not text:
         return None
     status, _, sig = text.partition(":")
-    if sig.isdigit() and int(sig):
-        return 128 + int(sig)
-    return int(status) if status.isdigit() else None
+    if _digits(sig):
+        return 128 + min(_digits(sig), 127)
+    return _digits(status)
 
 
 def parse_scontrol(text: str) -> list[Record]:
@@ -170,15 +210,15 @@ def parse_scontrol(text: str) -> list[Record]:
         f = parse_scontrol_line(line)
         array = _none(f.get("ArrayJobId"))
         task_text = f.get("ArrayTaskId", "")
-        task = int(task_text) if task_text.isdigit() else None
+        task = _digits(task_text)
         pending = expand_tasks(task_text) if array and task is None and task_text else ()
         out.append(Record(
             job_id=f.get("JobId", "?"), array_job_id=array, task=task, pending_tasks=pending,
             state=f.get("JobState", "UNKNOWN"), reason=_none(f.get("Reason")),
             exit_code=_exit_pair(f.get("ExitCode")), nodes=_none(f.get("NodeList")),
-            node_count=int(f["NumNodes"].split("-")[0]) if f.get("NumNodes", "").split("-")[0].isdigit() else None,
+            node_count=_digits(f.get("NumNodes", "").split("-")[0]),
             start=_scontrol_time(f.get("StartTime")), end=_scontrol_time(f.get("EndTime")),
-            restarts=int(f.get("Restarts") or 0), stdout=_none(f.get("StdOut")),
+            restarts=_digits(f.get("Restarts", "")) or 0, stdout=_none(f.get("StdOut")),
             dependency=_none(f.get("Dependency")), partition=_none(f.get("Partition")),
             qos=_none(f.get("QOS")), user=_none(f.get("UserId", "").split("(")[0]),
             reservation=_none(f.get("Reservation"))))
@@ -202,10 +242,10 @@ def parse_sacct(text: str) -> list[Record]:
         rec = Record(job_id=jid, state=state.split()[0] if state else "UNKNOWN",
                      reason=_none(reason), exit_code=_exit_pair(code),
                      nodes=_none(nodes) if nodes != "None assigned" else None,
-                     node_count=int(nn) if nn.isdigit() else None,
+                     node_count=_digits(nn),
                      start=_scontrol_time(start), end=_scontrol_time(end))
-        if task.isdigit():
-            rec.array_job_id, rec.task = base, int(task)
+        if _digits(task) is not None:
+            rec.array_job_id, rec.task = base, _digits(task)
         elif task:
             rec.array_job_id, rec.pending_tasks = base, expand_tasks(task)
         out.append(rec)

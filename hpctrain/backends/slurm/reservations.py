@@ -5,7 +5,7 @@ does not start before the maintenance: Slurm keeps it pending ("ReqNodeNotAvail,
 maintenance") until the reservation ends, and a job of a reservation that recurs with gaps
 shorter than its time limit never starts at all. `collision()` says so at submit, with the
 longest `resources.time` that fits, from `scontrol -o show reservation` and the partition's nodes
-(`scontrol -o show partition`). Everything read is untrusted text (pending.clean).
+(`scontrol -o show partition`). Everything read is untrusted text (rank/printable.py clean).
 """
 from __future__ import annotations
 
@@ -15,19 +15,8 @@ from dataclasses import dataclass, field
 
 from .. import commands
 from ..ssh import hostlist
+from ...rank.printable import clean
 from .records import parse_scontrol_line
-
-_BOUND = 200
-
-
-def clean(value, bound: int = _BOUND) -> str | None:
-    """Untrusted text from squeue/scontrol/sacctmgr, safe to show and store: printable ASCII
-    only, at most `bound` characters; None for nothing."""
-    if value is None:
-        return None
-    text = "".join(c if " " <= c <= "~" else "?" for c in str(value)).strip()
-    return (text[:bound - 3] + "..." if len(text) > bound else text) or None
-
 
 def when(epoch: float | None) -> str | None:
     """An epoch time as local ISO time (minutes), or None for Slurm's "not known"."""
@@ -69,9 +58,10 @@ def _time(text: str | None) -> float | None:
     if not text or not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", text):
         return None
     try:
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+        epoch = time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
     except (ValueError, OverflowError):
         return None
+    return epoch if epoch > 0 else None  # before 1970: no reservation's time, an odd record
 
 
 def _nodes(text: str) -> set[str] | None:
@@ -97,6 +87,22 @@ def parse(text: str) -> list[Reservation]:
             flags={w for w in (f.get("Flags") or "").split(",") if re.fullmatch(r"[A-Z_]{1,32}", w)},
             state=clean(f.get("State"), 16) or ""))
     return out
+
+
+def holding_text(shown: list[dict]) -> tuple[str, str]:
+    """(what holds a pending job, what helps) for the reservations on its nodes (each as
+    Reservation.shown() gives it). A time Slurm did not give, or gave oddly, is said to be
+    unknown: the sentence never reads "before None"."""
+    def window(r: dict) -> str:
+        return f"{r.get('start') or 'an unknown start'} to {r.get('end') or 'an unknown end'}"
+    shown_text = "; ".join(f"{r['name']} ({'maintenance, ' if r.get('maint') else ''}"
+                           f"{window(r)} on {r.get('nodes') or 'all nodes'})" for r in shown[:3])
+    first = shown[0]
+    fix = f"it starts after {first['name']} ends"
+    fix += (f"; a resources.time that ends before {first['start']} could start now"
+            if first.get("start") else
+            f"; `scontrol show reservation {first['name']}` shows its times")
+    return f"a reservation holds the nodes: {shown_text}", fix
 
 
 def partition_nodes(partition: str | None) -> tuple[str | None, set[str] | None]:

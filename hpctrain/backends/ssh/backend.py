@@ -526,8 +526,12 @@ def _info(run: Run) -> dict | None:
 
 
 def _ssh(run: Run) -> openssh.Ssh:
+    """The run's ssh command line as ssh_words writes it (run.json's, checked by _info: exactly
+    those words, from options a site profile may give)."""
     info = _info(run) or {}
-    return openssh.Ssh(info.get("ssh") or ["ssh"], info.get("connect_timeout"))
+    words = openssh.checked_words(info["ssh"], f"{run.path / 'run.json'}: 'ssh.ssh'") \
+        if info.get("ssh") else ["ssh"]
+    return openssh.Ssh(words, info.get("connect_timeout"))
 
 
 def _started(result) -> tuple[int | None, str | None]:

@@ -8,12 +8,12 @@ explain / problem -> (what went wrong, the fix).
 - Hosts: a Slurm-style list (`ws[1-4]`, backends/ssh/hostlist.py), a YAML list (each entry may be such a list
   too) or a hostfile (a path: the value holds a "/"; one host or host list a line, `#` comments),
   each name held to a strict pattern: a host name or an IPv4 address, never an option.
-- The command line: always batch mode (no password or passphrase prompt can hang a submit or a
-  job), the site's user, port, identity, known-hosts file, host-key policy, connect timeout and
-  extra options; keep-alives, so that a host that dies mid-run ends its ssh session within a
-  minute instead of never. Options that would run a program here (ProxyCommand, LocalCommand,
-  ...) are refused: a site profile is shared, untrusted input; the user's own ~/.ssh/config,
-  which ssh reads as always, is the place for them.
+- The command line (options.py): always batch mode (no password or passphrase prompt can hang
+  a submit or a job), the site's user, port, identity, known-hosts file, host-key policy,
+  connect timeout and the few extra options an allowlist lets a site give; keep-alives, so that
+  a host that dies mid-run ends its ssh session within a minute instead of never. Nothing a
+  site profile or a run record says can make ssh run a program here, forward, redirect the
+  connection or trust another host key; the user's own ~/.ssh/config is the place for more.
 - One connection per host (ControlMaster, ControlPersist): every command to a host rides on
   it, so a 16-host job opens 16 connections however many commands hpctrain sends. The socket
   directory is short (a Unix socket path holds at most 107 bytes) and this user's alone.
@@ -29,22 +29,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ...errors import HpctrainError
+from ...rank import tools
 from ..commands import SchedulerError
 
 HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
-USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
-OPTION = re.compile(r"([A-Za-z][A-Za-z0-9]*)=([!-~]+)")
-# Options hpctrain sets itself, or that would change what a session is.
-MANAGED = {"batchmode", "controlmaster", "controlpath", "controlpersist", "loglevel",
-           "remotecommand", "requesttty", "sessiontype", "stdinnull", "forkafterauthentication"}
-# Options with a key of their own in the site's ssh: section.
-OWN_KEYS = {"user": "user", "port": "port", "identityfile": "identity",
-            "userknownhostsfile": "known_hosts", "stricthostkeychecking": "host_key",
-            "connecttimeout": "connect_timeout"}
-# Options that make ssh run a program (or read more configuration) on this machine.
-RUNS_PROGRAMS = {"proxycommand", "localcommand", "permitlocalcommand", "knownhostscommand",
-                 "include", "pkcs11provider", "securitykeyprovider", "match"}
-HOST_KEY = {"strict": "yes", "accept-new": "accept-new", "ignore": "no"}
 MAX_HOSTFILE = 1 << 20
 
 
@@ -158,109 +146,8 @@ def site_hosts(value, site_source: str) -> list[str]:
 
 # ----------------------------------------------------------------------------- options
 
-def option_problem(option: str) -> str | None:
-    """Why an entry of ssh.options is refused, or None."""
-    m = OPTION.fullmatch(option)
-    if m is None:
-        return "write it as after `ssh -o`: Key=value, without spaces or quotes"
-    key = m.group(1).lower()
-    if key in MANAGED:
-        return f"hpctrain sets {m.group(1)} itself (batch mode, one connection per host)"
-    if key in OWN_KEYS:
-        return f"use ssh.{OWN_KEYS[key]} for it"
-    if key in RUNS_PROGRAMS:
-        return (f"{m.group(1)} runs a program (or reads more configuration) on this machine, and "
-                "a site profile may not do that: put it in your own ~/.ssh/config")
-    return None
-
-
-def check_section(opts, doc) -> None:
-    """A site's ssh: section (spec.SshOptions), for every scheduler that reads it; raise
-    HpctrainError at doc.where(key path)."""
-    if opts.user is not None and not USER.fullmatch(opts.user):
-        raise HpctrainError(f"ssh.user {opts.user!r} is not a user name",
-                            doc.where(("ssh", "user")),
-                            "letters, digits, '_', '.' and '-', not starting with '-'")
-    for path_key in ("identity", "known_hosts"):
-        value = getattr(opts, path_key)
-        # Both travel as `-o Key=path`, which ssh splits at spaces and reads quotes in.
-        if value is not None and (not value.strip() or any(c in value for c in ' \t"\'')):
-            raise HpctrainError(f"ssh.{path_key} {value!r} is not a usable path",
-                                doc.where(("ssh", path_key)),
-                                "a path without spaces or quotes, e.g. ~/.ssh/"
-                                + ("id_ed25519" if path_key == "identity" else "known_hosts"))
-    for i, option in enumerate(opts.options):
-        problem = option_problem(option)
-        if problem:
-            raise HpctrainError(f"ssh.options entry {option!r} is refused",
-                                doc.where(("ssh", "options", i)), problem)
-
-
-def ssh_words(opts) -> list[str]:
-    """The ssh command line for a site's ssh: section (spec.SshOptions), without the connection
-    sharing (its socket path differs where the command runs)."""
-    words = ["ssh"]
-    for option in opts.options:  # first: ssh keeps the first value it is given for an option
-        words += ["-o", option]
-    words += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={opts.connect_timeout}",
-              "-o", "LogLevel=ERROR", "-o", "ServerAliveInterval=15",
-              "-o", "ServerAliveCountMax=4", "-o", f"StrictHostKeyChecking={HOST_KEY[opts.host_key]}"]
-    if opts.known_hosts:
-        words += ["-o", f"UserKnownHostsFile={opts.known_hosts}"]
-    elif opts.host_key == "ignore":
-        words += ["-o", "UserKnownHostsFile=/dev/null"]
-    if opts.identity:
-        # As an option, not -i: ssh expands a leading ~ in both, and no shell need see it bare.
-        words += ["-o", f"IdentityFile={opts.identity}", "-o", "IdentitiesOnly=yes"]
-    if opts.port:
-        words += ["-p", str(opts.port)]
-    if opts.user:
-        words += ["-l", opts.user]
-    return words
-
-
-# The options ssh_words writes itself beside the site's (which pass option_problem).
-_WRITTEN = {"batchmode", "loglevel", "connecttimeout", "stricthostkeychecking",
-            "userknownhostsfile", "identityfile", "identitiesonly"}
-
-
-def checked_words(words, where: str) -> list[str]:
-    """An ssh command line read back from a run's record (run.json: `remote.ssh`, `ssh.ssh`),
-    held to what ssh_words writes: `ssh`, then `-o Key=value` options a site may give (never one
-    that runs a program or changes the session), `-p PORT`, `-l USER`, with BatchMode=yes.
-    ValueError says what is wrong (`where`: the file and key). A record is data, never a
-    command: whoever can write a run directory must not run anything as whoever reads it."""
-    if not (isinstance(words, list) and 1 <= len(words) <= 256 and words[0] == "ssh"
-            and all(isinstance(w, str) for w in words)):
-        raise ValueError(f"{where} is not an ssh command line hpctrain wrote (['ssh', ...])")
-    i, batch = 1, False
-    while i < len(words):
-        flag, value = words[i], words[i + 1] if i + 1 < len(words) else None
-        if value is None:
-            raise ValueError(f"{where}: {flag!r} has no value")
-        if flag == "-o":
-            m = OPTION.fullmatch(value)
-            key = m.group(1).lower() if m else ""
-            if m is None or (key not in _WRITTEN and option_problem(value)):
-                raise ValueError(f"{where}: the option {value[:60]!r} is not one hpctrain writes "
-                                 "(only -o Key=value options a site may give)")
-            if key == "batchmode":
-                if m.group(2).lower() != "yes":
-                    raise ValueError(f"{where}: BatchMode must be yes (no prompt may hang)")
-                batch = True
-        elif flag == "-p":
-            if not (value.isdigit() and 1 <= int(value) <= 65535):
-                raise ValueError(f"{where}: -p {value[:20]!r} is not a port")
-        elif flag == "-l":
-            if not USER.fullmatch(value):
-                raise ValueError(f"{where}: -l {value[:40]!r} is not a user name")
-        else:
-            raise ValueError(f"{where}: {flag[:40]!r} is not an option hpctrain writes "
-                             "(-o, -p, -l)")
-        i += 2
-    if not batch:
-        raise ValueError(f"{where}: BatchMode=yes is missing (no prompt may hang)")
-    return list(words)
+# What a site's ssh: section and a run record may make ssh do: backends/ssh/options.py.
+from .options import check_section, checked_words, ssh_words  # noqa: E402,F401
 
 
 def checked_host(host, where: str) -> str:
@@ -346,13 +233,15 @@ class Ssh:
 
     def __init__(self, words: list[str], connect_timeout: int | None = None):
         import hashlib
+        from .options import NEVER
         self.words = list(words)
         self.connect_timeout = connect_timeout
         # One connection per host and ssh settings: a site with another key or user to the same
-        # host gets a connection of its own, not one that logged in differently.
+        # host gets a connection of its own, not one that logged in differently. Before it,
+        # nothing of this machine is lent to the host (NEVER), whatever ~/.ssh/config says.
         tag = hashlib.sha1("\0".join(self.words).encode()).hexdigest()[:8]
-        self.sharing = ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir()}/{tag}-%C",
-                        "-o", "ControlPersist=60"]
+        self.sharing = [*NEVER, "-o", "ControlMaster=auto",
+                        "-o", f"ControlPath={control_dir()}/{tag}-%C", "-o", "ControlPersist=60"]
 
     def command(self, host: str, remote: list[str]) -> list[str]:
         # The remote side's login shell reads the command: every word single-quoted (POSIX
@@ -363,13 +252,14 @@ class Ssh:
             timeout: float = 120) -> Result:
         command = self.command(host, remote)
         try:
-            proc = subprocess.run(command, input=input if input is not None else b"",
-                                  capture_output=True, timeout=timeout)
+            proc = tools.run(command, timeout, input=input if input is not None else b"")
         except FileNotFoundError:
             raise SchedulerError(command[:1], None, "'ssh' is not installed here",
                                  fix="install OpenSSH's client (Debian: openssh-client)") from None
         except subprocess.TimeoutExpired:
             return Result(host, 255, "", f"ssh to {host} did not finish within {timeout:.0f} s")
+        except OSError as exc:  # it printed without end (tools.ToolOutputTooLarge), or no fork
+            return Result(host, 255, "", f"ssh to {host}: {exc}")
         return Result(host, proc.returncode, proc.stdout.decode(errors="replace"),
                       proc.stderr.decode(errors="replace"))
 
@@ -397,13 +287,14 @@ class Ssh:
         else:
             command += [near, far]
         try:
-            proc = subprocess.run(command, capture_output=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
+            proc = tools.run(command, timeout)
         except FileNotFoundError:
             raise HpctrainError("'rsync' is not installed here, and the site says sync: rsync",
                                 fix="install rsync (Debian: rsync), here and on every host") from None
         except subprocess.TimeoutExpired:
             return Result(host, 255, "", f"rsync with {host} did not finish within {timeout:.0f} s")
+        except OSError as exc:
+            return Result(host, 255, "", f"rsync with {host}: {exc}")
         return Result(host, proc.returncode, proc.stdout.decode(errors="replace"),
                       proc.stderr.decode(errors="replace"))
 
