@@ -233,10 +233,11 @@ class Backend(abc.ABC):
         start. Asked where the scheduler's tools run; [] when they cannot be asked."""
         return []
 
-    def accounting(self, job_ids: list[str]) -> dict[str, dict] | None:
-        """`hpctrain report`: what the scheduler's accounting says these jobs were allocated
-        and used, per job id {gpus, elapsed_s, cpus, total_cpu_s, max_rss_mib}; None where it
-        keeps none (then the run's own records answer)."""
+    def accounting(self, job_ids: list[str], since: float | None = None) -> list[dict] | None:
+        """`hpctrain report`: what the scheduler's accounting says every attempt of these jobs
+        (a requeued job's too) was allocated and used, one dict per attempt {job_id, attempt,
+        state, start, end, elapsed_s, gpus, cpus, total_cpu_s, max_rss_mib}, leaving out jobs
+        submitted before `since`; None where it keeps none (then the run's own records answer)."""
         return None
 
     def test_start(self, script: str) -> str | None:

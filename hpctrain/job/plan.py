@@ -237,7 +237,8 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
                             and lib.launcher == "torchrun" else None),
         train_hooks=list(lib.train_hooks),
         sample_every=spec.sample_every,
-        idle_gpus=({"below": spec.idle_gpus.below, "for": spec.idle_gpus.seconds}
+        idle_gpus=({"below": spec.idle_gpus.below, "for": spec.idle_gpus.seconds,
+                    "gpus": spec.resources.gpus_per_node}
                    if spec.idle_gpus and spec.sample_every else None),
         health=health_gate(spec, preflight, lib.launcher, spec.cpu_mode or site.cpu_mode),
         netfloor=netfloor(spec, preflight, job),

@@ -1,7 +1,7 @@
 """The local test cluster's machinery, exercised for real (tests/cluster/README.md):
 partition-priority preemption, count-only GRES GPUs, a node whose own name resolves to
 loopback, an sshd per node, a login node and a laptop without Slurm, Podman in job steps, Lmod
-under `set -euo pipefail`.
+under `set -euo pipefail`, accounting (sacct).
 Each test checks the facts the README states, so that features built on them can trust them."""
 from __future__ import annotations
 
@@ -111,6 +111,31 @@ def test_up_rebuilds_a_missing_image_without_restart(cluster):
     assert f"built podman image {IMAGE}" in proc.stdout, proc.stdout
     assert run(*PODMAN.split(), "image", "exists", IMAGE).returncode == 0
     assert (STATE_DIR / "run" / "slurmctld.pid").read_text().strip() == ctld_pid
+
+
+# ----------------------------------------------------------------------------- accounting
+
+
+def test_sacct_answers_for_the_clusters_jobs(cluster, tmp_path):
+    """slurmdbd on MariaDB (tests/cluster/accounting.sh): the cluster and root's association are
+    registered, and sacct reports a finished job with its steps (JobAcctGatherType linux) and
+    asks for GPUs among the TRES."""
+    config = run("scontrol", "show", "config").stdout
+    assert re.search(r"^AccountingStorageType\s*=\s*accounting_storage/slurmdbd$", config, re.M), config
+    assert re.search(r"^AccountingStorageTRES\s*=.*gres/gpu", config, re.M), config
+    assoc = run("sacctmgr", "-n", "-P", "show", "assoc", "format=cluster,account,user").stdout.split()
+    assert "localcluster|root|root" in assoc, assoc
+    job = sbatch("-N1", "-o", tmp_path / "out", "--wrap", "srun true")
+    deadline = time.monotonic() + 60
+    while True:
+        rows = run("sacct", "-n", "-P", "-j", job, "-o", "JobID,State,ElapsedRaw,AllocTRES").stdout.split()
+        if rows and rows[0].split("|")[1] == "COMPLETED" and any(r.startswith(f"{job}.0|") for r in rows):
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.3)
+    fields = rows[0].split("|")
+    assert fields[0] == job and fields[2].isdigit() and "cpu=" in fields[3], rows
+    assert {r.split("|")[0] for r in rows} >= {job, f"{job}.batch", f"{job}.0"}, rows
 
 
 # ----------------------------------------------------------------------------- preemption
