@@ -151,7 +151,7 @@ def _env_set(name: str) -> bool:
 def _url_problem(name: str) -> str | None:
     """What is wrong with the webhook URL in $name, in words that quote none of it."""
     import os
-    from .rank.notify import BadURL, check_url
+    from .rank.end.notify import BadURL, check_url
     try:
         check_url(os.environ.get(name, ""))
     except BadURL as exc:

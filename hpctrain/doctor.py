@@ -1,13 +1,13 @@
 """`hpctrain doctor [JOB] --site S`: a short check job on two nodes with the job's own settings,
 and a verdict per check with the fix for each failure.
 
-The check is the job itself, changed only where it must be: its program is rank/check.py (join
+The check is the job itself, changed only where it must be: its program is rank/before/check.py (join
 the process group, time an all-reduce of several sizes, report device and environment, write to
 the checkpoint directory), two nodes, ten minutes, no sweep, no dependencies. Everything else —
 site, modules, setup lines, interpreter, launcher, rendezvous address and port, bootstrap, cpu
 mode — is what the job would use, so what passes here is what the job will meet.
 
-One setup line is added, run once on every node before the launch (rank/probe.py): each node's
+One setup line is added, run once on every node before the launch (rank/before/probe.py): each node's
 facts (what the head's name resolves to there, whether it can write the run directory), then a
 gate that stops the job at once, naming the node, when those facts already doom the launch. The
 rendezvous itself is judged by the job's own preflight (a blocked port is named there).
@@ -23,7 +23,7 @@ import msgspec
 from .backends import backend
 from .errors import HpctrainError
 from .job.load import Job, load_job
-from .rank import probe
+from .rank.before import probe
 from .runs.records import Run
 
 CHECK_PROGRAM = Path(__file__).parent / "rank" / "check.py"
@@ -62,7 +62,7 @@ class Report(msgspec.Struct, kw_only=True):
 
 
 def check_job(job: str | None, site: str | None, overrides=()) -> Job:
-    """The job turned into its check: same settings, rank/check.py as the program."""
+    """The job turned into its check: same settings, rank/before/check.py as the program."""
     base = load_job(job if job else {"name": "check", "library": "command",
                                      "script": str(CHECK_PROGRAM)},
                     site=site, overrides=overrides)
@@ -103,7 +103,7 @@ def run(job: str | None, site: str | None, overrides=(), timeout: float = 900,
     checked = check_job(job, site, overrides)
     submitted = submit_prepared(prepare(checked))
     say(f"doctor: run {submitted.id}, job {submitted.record.job_id}: the job's settings on "
-        f"{NODES} nodes, rank/check.py as its program ...")
+        f"{NODES} nodes, rank/before/check.py as its program ...")
     st = wait(submitted, timeout=timeout)
     return judge(submitted, st.state.state.value, checked)
 
@@ -125,8 +125,8 @@ def judge(run: Run, state: str, job: Job) -> Report:
                    key=lambda r: r["rank"])
     failure = read_job_failure(str(d))
     world = plan.nnodes * plan.nproc_per_node
-    from .rank.netfloor import read
-    floor = read(str(d))  # the launch's own network floor measurement (rank/netfloor.py)
+    from .rank.before.netfloor import read
+    floor = read(str(d))  # the launch's own network floor measurement (rank/before/netfloor.py)
     checks = [_names(facts, plan), _writable(facts, ranks, d)]
     checks.append(_rendezvous(ranks, world, failure, checks, plan, floor))
     checks.append(_network(floor, failure))

@@ -320,9 +320,9 @@ def resume(ref: str) -> tuple[Run, list[str], str]:
     """`hpctrain submit --resume RUN`: a new allocation for a run that ended (time limit,
     requeue cap, failure), in the same run directory: its job script runs the run's code
     snapshot again and every rank resumes from the newest checkpoint. The nodes the run's
-    failures blamed are left out (rank/recovery.py). Returns (run, excluded nodes, why)."""
+    failures blamed are left out (rank/end/recovery.py). Returns (run, excluded nodes, why)."""
     from .rank.records import archive_job_failure
-    from .rank.recovery import resume_exclusions
+    from .rank.end.recovery import resume_exclusions
     from .runs.records import find
     from .follow.status import gather
     from .backends import for_run

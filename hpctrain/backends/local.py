@@ -17,7 +17,7 @@ from ..errors import HpctrainError
 from typing import TYPE_CHECKING
 
 from ..runs.records import Run
-from ..rank.ending import signal_ranks
+from ..rank.end.ending import signal_ranks
 from ..runs.untrusted import MAX_COUNT, MAX_SMALL, read_text
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def recorded_process_alive(record: RunRecord) -> bool:
 
 def _stopped(d: Path) -> str | None:
     """status/stopped.json's message: the job ended on a signal and says what was saved
-    (rank/ending.py); None when it did not."""
+    (rank/end/ending.py); None when it did not."""
     path = d / "status" / "stopped.json"
     try:  # a regular file, bounded: never a FIFO's wait
         message = json.loads(read_text(path, 65536)).get("message")
@@ -88,7 +88,7 @@ class LocalBackend(Backend):
         return under(job_id.rpartition("-")[2])
 
     # `hpctrain attach` (follow/attach.py): the job runs on this machine, so its one node is
-    # this one, under the name its ranks record (rank/bootstrap.py: the host name).
+    # this one, under the name its ranks record (rank/before/bootstrap.py: the host name).
     def job_nodes(self, run: Run) -> list[str]:
         import socket
         return [socket.gethostname()] if self.state(run).state == State.RUNNING else []

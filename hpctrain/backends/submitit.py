@@ -431,7 +431,7 @@ class RankFunction:
     def __call__(self):
         import submitit
 
-        from ..rank import bootstrap as bs
+        from ..rank.before import bootstrap as bs
         from ..rank.records import RankConfig
         job_env = submitit.JobEnvironment()
         os.environ.update(self.env)  # already exported on Slurm; the local executor needs it
@@ -475,7 +475,7 @@ def _seed_everything(seed: int) -> None:
     seed (HPCTRAIN_SEED = job seed + global rank), torch/numpy when they get imported."""
     import random
 
-    from ..rank.hooks import after_import
+    from ..rank.during.hooks import after_import
     random.seed(seed)
     after_import("numpy", lambda np: np.random.seed(seed % 2**32))
     after_import("torch", lambda torch: torch.manual_seed(seed))

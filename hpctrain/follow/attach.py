@@ -3,7 +3,7 @@ rank's Python stack now, the job left running.
 
 The backend says how a command reaches a node of the running job (Slurm: srun --jobid
 --overlap; ssh sites: ssh to the host; the local site: this machine). The stacks are the hang
-watcher's dump: SIGQUIT to each rank (rank/stacks.py), on which the bootstrap's faulthandler
+watcher's dump: SIGQUIT to each rank (rank/during/stacks.py), on which the bootstrap's faulthandler
 writes every thread's stack to the rank's log; they are read from there. Logs and identities are
 the run directory's: data, shown (control characters escaped), never run.
 
@@ -24,7 +24,7 @@ from typing import Iterator
 
 from ..backends import for_run
 from ..errors import HpctrainError
-from ..rank.culprit import DUMP_HEAD
+from ..rank.during.culprit import DUMP_HEAD
 from ..runs.records import Run
 from ..runs.untrusted import MAX_RECORD, NODE, open_regular, read_regular
 from .operate import resolve

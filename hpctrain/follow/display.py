@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..backends import JobState, State
 from ..rank.printable import printable, shown
-from ..rank.slow import describe as slow_text
+from ..rank.during.slow import describe as slow_text
 from .progress import RankProgress, TrainingProgress
 from .startup import line as startup_line
 from .status import RunStatus

@@ -2,7 +2,7 @@
 
 For clusters whose compute nodes cannot reach the webhook (common): the submitting machine
 (or the login node it runs on) follows the run anyway, and sends the events the job itself would
-send (rank/notify.py from the batch shell's hooks, templates/), with the same words and in the
+send (rank/end/notify.py from the batch shell's hooks, templates/), with the same words and in the
 same order:
 
     start                       the first attempt runs
@@ -12,7 +12,7 @@ same order:
     requeued                    an attempt after a requeue runs
     completed | failed | hang | stopped | preempted     the end, once
 
-The sending itself is rank/notify.py's (never fails, never holds the wait more than a few
+The sending itself is rank/end/notify.py's (never fails, never holds the wait more than a few
 seconds, records each outcome in the run's status/notify.jsonl).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import json
 import os
 
 from ..backends import State
-from ..rank import notify as sender
+from ..rank.end import notify as sender
 from ..runs.untrusted import MAX_SMALL, read_regular
 from .status import RunStatus
 
@@ -34,7 +34,7 @@ MAX_NOTES = 16  # stop notes read per look: one is enough to say which signal ca
 
 def stop_signals(run_dir: str) -> dict[int, set[str]]:
     """The signals the ranks' stop notes name (status/stop-R.json, written when a signal reached
-    rank R: rank/stop.py), by the attempt (restart count) they were written in. Regular files
+    rank R: rank/end/stop.py), by the attempt (restart count) they were written in. Regular files
     only, each small, a bounded number; a note that cannot be read says nothing."""
     out: dict[int, set[str]] = {}
     for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), "status", "stop-*.json")))[:MAX_NOTES]:

@@ -1,6 +1,6 @@
 """`hpctrain report RUN`: what a run cost and how well it used its GPUs.
 
-From the run's records: each node's samples (usage/NODE.jsonl, rank/sampler.py), the allocation
+From the run's records: each node's samples (usage/NODE.jsonl, rank/during/sampler.py), the allocation
 the head node recorded at each attempt's start (status/allocation-JOB-ATTEMPT.json, from
 `scontrol show job`), `sacct` where the cluster keeps accounting, and the ranks' progress
 (follow/progress.py). Everything read from the run directory is untrusted: regular files only,
@@ -28,7 +28,7 @@ import msgspec
 from ..errors import HpctrainError
 from ..rank.printable import shown
 from ..rank.records import RankIdentity, read_identities
-from ..rank.sampler import _file_node
+from ..rank.during.sampler import _file_node
 from ..runs.records import Run
 from ..runs.untrusted import Budget, read_lines, read_regular, writing
 from .progress import of_directory
@@ -97,7 +97,7 @@ class Report(msgspec.Struct, kw_only=True):
     value: float | None = None
     lost_between_attempts_s: float = 0.0
     lost_before_first_step_s: float = 0.0
-    # resources.spare_nodes: nodes swapped inside the allocation (rank/spares.py), and the
+    # resources.spare_nodes: nodes swapped inside the allocation (rank/before/spares.py), and the
     # seconds from each failure to training again, summed (those not training again: none).
     replacements: int = 0
     lost_to_replacements_s: float = 0.0
@@ -126,7 +126,7 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-# What a sampler can write (rank/sampler.py), with room to spare: a value outside its range is
+# What a sampler can write (rank/during/sampler.py), with room to spare: a value outside its range is
 # forged or damaged, and is left out like a line that is not JSON (a run directory is shared).
 TIME = (0.0, 1e11)  # epoch seconds (the year 5138)
 PERCENT = (0.0, 100.0)  # a GPU's utilization

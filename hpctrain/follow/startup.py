@@ -24,7 +24,7 @@ import os
 import re
 
 from ..rank.records import read_json
-from ..rank.spares import read_replacements
+from ..rank.before.spares import read_replacements
 
 PHASES = ("setup", "imports", "health", "rendezvous", "library")
 MAX_ATTEMPTS = 1000

@@ -15,7 +15,7 @@ from ..backends.commands import SchedulerError
 from ..errors import HpctrainError
 from . import startup
 from .progress import TrainingProgress, of_run
-from ..rank import slow
+from ..rank.during import slow
 from ..rank.records import read_excluded, read_job_failure, read_job_failures, read_rank_failures
 from ..runs.records import Run, add_to_index, being_submitted, indexed
 
@@ -44,12 +44,12 @@ class RunStatus(msgspec.Struct, kw_only=True):
     jobs: list[str] = []  # earlier job ids of this run (before `submit --resume`)
     # Time to first step, per attempt (follow/startup.py): the phases before the first step.
     startup: list[dict] = []
-    # Ranks running below the run's slow_rank_factor x the median rate (rank/slow.py), slowest first.
+    # Ranks running below the run's slow_rank_factor x the median rate (rank/during/slow.py), slowest first.
     slow: list[dict] = []
     # The run's earlier attempts that failed (status/failures.jsonl), oldest first: each
     # {attempt, job_id, reason, message, without (the nodes its requeue left out)}.
     history: list[dict] = []
-    # Nodes a spare replaced inside the allocation (rank/spares.py), oldest first: each
+    # Nodes a spare replaced inside the allocation (rank/before/spares.py), oldest first: each
     # {job_id, attempt, out, in, why, back_s (from the failure to the next first step)}.
     replacements: list[dict] = []
 
@@ -155,7 +155,7 @@ def _history(run_dir: str, excluded: list) -> list[dict]:
 
 
 def _slow(run_dir: str, progress: list[TrainingProgress]) -> list[dict]:
-    """The run's own slow ranks, judged as the job judges them (rank/slow.py)."""
+    """The run's own slow ranks, judged as the job judges them (rank/during/slow.py)."""
     own = next((p for p in progress if p.task is None), None)
     cfg = slow.settings(run_dir) if own else None
     return slow.find(own.ranks, cfg["factor"], cfg["window"]) if cfg else []

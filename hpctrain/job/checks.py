@@ -145,7 +145,7 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
         if not words:
             raise HpctrainError("'python' is empty", where(("python",)), "e.g. python: python3")
     if spec.idle_gpus is not None and not spec.sample_every:
-        # The idle stop judges the sampler's readings (rank/sampler.py): with no sampling it
+        # The idle stop judges the sampler's readings (rank/during/sampler.py): with no sampling it
         # would never act, and a job that asked for it must not run believing it is guarded.
         raise HpctrainError(
             f"'idle_gpus' is set but 'sample_every' is 0 ({where(('sample_every',))}): the "
@@ -158,7 +158,7 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
     if spec.resources.spare_nodes:
         _spares(spec, site, scheduler, where)
         if spec.resources.spare_nodes > spec.preemption.max_excluded_nodes:
-            # A spare replaces only a node the run leaves out (rank/recovery.py's cap).
+            # A spare replaces only a node the run leaves out (rank/end/recovery.py's cap).
             warnings.append(
                 f"{where(('resources', 'spare_nodes'))}: {spec.resources.spare_nodes} spare(s) but "
                 f"preemption.max_excluded_nodes={spec.preemption.max_excluded_nodes}: a spare takes "
@@ -317,7 +317,7 @@ def _resources(spec, site, scheduler, where, warnings) -> None:
 
 def _spares(spec: JobSpec, site: SiteProfile, scheduler, where: Origins) -> None:
     """Spare nodes live in a Slurm allocation and are swapped in by its batch shell's recovery
-    (templates/slurm/requeue.sh.j2, rank/spares.py): refused where that cannot happen."""
+    (templates/slurm/requeue.sh.j2, rank/before/spares.py): refused where that cannot happen."""
     key = where(("resources", "spare_nodes"))
     k = spec.resources.spare_nodes
     if scheduler.no_spares:

@@ -13,7 +13,7 @@ container -> torchrun -> bootstrap -> program — runs in the image:
 - pyxis (enroot): the srun step itself carries --container-image/--container-mounts/
   --container-workdir; pyxis passes the step's environment in, --container-env makes the job's
   own variables win over the image's.
-- podman / docker: rank/container.py on the host runs `podman run --rm --sig-proxy=false
+- podman / docker: rank/before/container.py on the host runs `podman run --rm --sig-proxy=false
   --log-driver=passthrough --init --network=host --env NAME … -v …` and forwards the step's
   signals to every process of the container itself (see there: Podman's own forwarding drops
   Slurm's signals, and a killed `podman run` leaves its container running).
@@ -34,7 +34,7 @@ from ..errors import HpctrainError, did_you_mean
 from ..schema.spec import JobSpec, SiteProfile, env_text
 
 RUNTIMES = ("apptainer", "singularity", "pyxis", "podman", "docker")
-# The runtimes whose ranks hpctrain's supervisor (rank/container.py) runs on the host.
+# The runtimes whose ranks hpctrain's supervisor (rank/before/container.py) runs on the host.
 SUPERVISED = ("podman", "docker")
 
 # What every rank needs from the host besides the job's env and secrets: the rendezvous the

@@ -68,10 +68,10 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     # The interpreter for hpctrain's own stdlib-only helpers on the host (the failure record,
     # the node preflight): the job's python, or the site's host_python with a container.
     host_python: list[str] = []
-    # resources.spare_nodes: idle nodes of the allocation that replace a blamed one (rank/spares.py)
+    # resources.spare_nodes: idle nodes of the allocation that replace a blamed one (rank/before/spares.py)
     spare_nodes: int = 0
-    hang_timeout: int | None = None  # launcher.hang_timeout: the watcher's (rank/watch.py)
-    # notify: {url_from, format, events}: the events the job itself sends (rank/notify.py);
+    hang_timeout: int | None = None  # launcher.hang_timeout: the watcher's (rank/during/watch.py)
+    # notify: {url_from, format, events}: the events the job itself sends (rank/end/notify.py);
     # None when the job has no notify: section or `submit --wait --notify` sends them instead.
     notify: dict | None = None
     version: str = __version__
@@ -149,7 +149,7 @@ def gpu_request(job: Job) -> tuple[str, str] | None:
 
 
 def health_gate(spec, preflight: bool, launcher: str, cpu_mode: str) -> dict | None:
-    """bootstrap.json's "health" (rank/health.py): the checks and the GPUs each node must show;
+    """bootstrap.json's "health" (rank/before/health.py): the checks and the GPUs each node must show;
     None: no gate. The node check of a multi-node launch runs it, or else each node's launch
     process before torchrun's agent starts (rank/preflight.agent); the tasks launcher has no such
     process. No CUDA probe where the ranks run on CPU (cpu_mode: on)."""
@@ -165,7 +165,7 @@ def health_gate(spec, preflight: bool, launcher: str, cpu_mode: str) -> dict | N
 
 
 def netfloor(spec, preflight: bool, job: Job) -> dict | None:
-    """bootstrap.json's "netfloor" (rank/netfloor.py): measured after the node check of a
+    """bootstrap.json's "netfloor" (rank/before/netfloor.py): measured after the node check of a
     multi-node launch, which it needs; None: not measured."""
     floor = spec.health.allreduce_min_gbps
     if floor is None or spec.resources.nodes < 2 or not preflight:

@@ -2,9 +2,9 @@
 
 Decisions only (plain values for the plan); the shell side is templates/parts/preemption.sh.j2,
 watch.sh.j2, preflight.sh.j2 and templates/slurm/requeue.sh.j2; the rank side is
-rank/bootstrap.py (resume, collective timeout), rank/stop.py (signals), rank/train_hooks.py
-(the libraries' iteration boundaries), rank/watch.py (hangs), rank/recovery.py (bad nodes) and
-rank/preflight.py. The code a job runs is a snapshot (runs/snapshot.py).
+rank/before/bootstrap.py (resume, collective timeout), rank/end/stop.py (signals), rank/during/train_hooks.py
+(the libraries' iteration boundaries), rank/during/watch.py (hangs), rank/end/recovery.py (bad nodes) and
+rank/before/preflight.py. The code a job runs is a snapshot (runs/snapshot.py).
 
 The path of a preemption, an approaching time limit or a cancel, end to end:
 
@@ -16,7 +16,7 @@ The path of a preemption, an approaching time limit or a cancel, end to end:
    batch shell — then, GraceTime later, SIGTERM to everything and SIGKILL KillWait after that;
    a job whose batch script ends by itself inside the grace time is NOT requeued by Slurm.
    A user's `scancel` sends SIGTERM to everything at once and marks the job cancelled.
-2. Every rank takes SIGTERM and SIG alike as "save now" (rank/stop.py): it writes
+2. Every rank takes SIGTERM and SIG alike as "save now" (rank/end/stop.py): it writes
    status/stop-R.json and sets a flag. With the library's train hooks (rl_games, rsl_rl, skrl,
    skrl_jax, di_engine: unmodified train scripts) the ranks agree at the next iteration
    boundary, the rank that saves normally saves with the library's own save, and the library's
@@ -52,7 +52,7 @@ The path of a preemption, an approaching time limit or a cancel, end to end:
 
 Hangs (launcher.hang_timeout): every rank reports progress (the train hooks at each iteration,
 a plain program through hpctrain_progress.report, or at least its output). A watcher beside the
-launch (rank/watch.py) notices when no rank has progressed for the timeout, names the stuck
+launch (rank/during/watch.py) notices when no rank has progressed for the timeout, names the stuck
 ranks and their nodes in status/failure.json and the batch shell ends the ranks on every node
 (SIGQUIT: a stack dump into each rank's log; then SIGKILL). torchrun restarts them from the
 newest checkpoint while launcher.max_restarts allows; after that the job fails and is requeued

@@ -61,7 +61,7 @@ USAGE = ("usage: rank run CONFIG.json | launch TIMEOUT TORCHRUN-ARGS... | prefli
 
 def recover(run_dir: str, max_excluded: int) -> int:
     """One line for the batch shell: "requeue NODE,NODE|- WHY" or "end - WHY"."""
-    requeue, nodes, why = _module("recovery").decide(run_dir, max_excluded,
+    requeue, nodes, why = _module("end.recovery").decide(run_dir, max_excluded,
                                                      os.environ.get("SLURM_JOB_ID"))
     print(f"{'requeue' if requeue else 'end'} {','.join(nodes) or '-'} {why}")
     return 0
@@ -70,54 +70,54 @@ def recover(run_dir: str, max_excluded: int) -> int:
 def main(args: list[str]) -> int:
     command, rest = (args[0], args[1:]) if args else ("", [])
     if command == "run" and len(rest) == 1:
-        return _module("bootstrap").main(rest[0])
+        return _module("before.bootstrap").main(rest[0])
     if command == "launch" and len(rest) >= 2:
-        _module("sampler").start(rest[1:])  # one per node, beside the ranks
-        return _module("preflight").launch(float(rest[0]), rest[1:])
+        _module("during.sampler").start(rest[1:])  # one per node, beside the ranks
+        return _module("before.preflight").launch(float(rest[0]), rest[1:])
     if command == "preflight" and len(rest) == 1:
-        return _module("preflight").step(float(rest[0]))
+        return _module("before.preflight").step(float(rest[0]))
     if command == "netfloor" and len(rest) == 2:
-        return _module("preflight").network_floor(rest[0], rest[1])
+        return _module("before.preflight").network_floor(rest[0], rest[1])
     if command == "container":
-        return _module("container").main(rest)
+        return _module("before.container").main(rest)
     if command == "summarize" and len(rest) >= 3 and rest[2].lstrip("-").isdigit():
-        return _module("bootstrap").summarize(rest[0], rest[1], int(rest[2]), " ".join(rest[3:]))
+        return _module("before.bootstrap").summarize(rest[0], rest[1], int(rest[2]), " ".join(rest[3:]))
     if command == "probe":
-        return _module("probe").main(rest)
+        return _module("before.probe").main(rest)
     if command == "archive" and len(rest) == 1:
         _module("records").archive_job_failure(rest[0])
         return 0
     if command == "slow" and len(rest) == 2 and rest[1].isdigit():
-        return _module("slow").verdict(rest[0], int(rest[1]))
+        return _module("during.slow").verdict(rest[0], int(rest[1]))
     if command == "recover" and len(rest) == 2 and rest[1].isdigit():
         return recover(rest[0], int(rest[1]))
     if command == "watch" and len(rest) == 2:
-        return _module("watch").watch(rest[0], float(rest[1]))
+        return _module("during.watch").watch(rest[0], float(rest[1]))
     if command == "kill-ranks" and len(rest) == 1:
-        return _module("watch").kill_ranks(rest[0])
+        return _module("during.watch").kill_ranks(rest[0])
     if command == "stacks" and len(rest) == 1:
-        return _module("stacks").signal_ranks(rest[0])
+        return _module("during.stacks").signal_ranks(rest[0])
     if command == "agent":
-        _module("sampler").start(rest)
-        return _module("preflight").agent(rest)
+        _module("during.sampler").start(rest)
+        return _module("before.preflight").agent(rest)
     if command == "stopped" and len(rest) in (3, 4) and rest[2].lstrip("-").isdigit():
         started = float(rest[3]) if len(rest) == 4 and rest[3].isdigit() else 0.0
-        return _module("ending").stopped(rest[0], rest[1], int(rest[2]), started)
+        return _module("end.ending").stopped(rest[0], rest[1], int(rest[2]), started)
     if command == "end-ranks" and len(rest) in (1, 2):
-        return _module("ending").end_ranks(rest[0], float(rest[1]) if len(rest) == 2 else 10.0)
+        return _module("end.ending").end_ranks(rest[0], float(rest[1]) if len(rest) == 2 else 10.0)
     if command == "sample" and len(rest) == 3 and rest[1].isdigit() and rest[2].isdigit():
-        return _module("sampler").main(rest[0], int(rest[1]), int(rest[2]))
+        return _module("during.sampler").main(rest[0], int(rest[1]), int(rest[2]))
     if command == "idle-stopped" and len(rest) in (2, 3) and rest[1].lstrip("-").isdigit():
         started = float(rest[2]) if len(rest) == 3 and rest[2].isdigit() else 0.0
-        return _module("sampler").idle_stopped(rest[0], int(rest[1]), started)
+        return _module("during.sampler").idle_stopped(rest[0], int(rest[1]), started)
     if command == "cuda-probe" and len(rest) == 1 and rest[0].isdigit():
         import json
-        print(json.dumps(_module("health").probe(int(rest[0]))), flush=True)
+        print(json.dumps(_module("before.health").probe(int(rest[0]))), flush=True)
         return 0
     if command == "spares":
-        return _module("spares").main(rest)
+        return _module("before.spares").main(rest)
     if command == "notify" and len(rest) in (5, 6):
-        return _module("notify").from_job(*rest)
+        return _module("end.notify").from_job(*rest)
     print(USAGE, file=sys.stderr)
     return 2
 

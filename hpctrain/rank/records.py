@@ -298,6 +298,9 @@ def _asdict(obj) -> dict:
     return out
 
 
+RANK_FOLDER = os.path.dirname(os.path.abspath(__file__))  # run as `python RANK_FOLDER COMMAND ...`
+
+
 def now(timespec: str = "seconds") -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec=timespec)
 
@@ -324,11 +327,11 @@ class RankConfig:
     resume_args: list = field(default_factory=list)
     rank_check_timeout: float | None = None  # the preflight's rank meeting; None: none
     train_hooks: list = field(default_factory=list)  # names in rank/train_hooks.HOOKS
-    sample_every: float = 5  # the node sampler's interval (rank/sampler.py); 0: none
+    sample_every: float = 5  # the node sampler's interval (rank/during/sampler.py); 0: none
     idle_gpus: dict | None = None  # {"below": percent, "for": seconds}: stop on idle GPUs
-    health: dict | None = None  # the node check's health gate (rank/health.py); None: none
-    slow_ranks: dict | None = None  # {factor, window, exclude} (rank/slow.py); None: not judged
-    netfloor: dict | None = None  # {min_gbps, timeout} (rank/netfloor.py); None: not measured
+    health: dict | None = None  # the node check's health gate (rank/before/health.py); None: none
+    slow_ranks: dict | None = None  # {factor, window, exclude} (rank/during/slow.py); None: not judged
+    netfloor: dict | None = None  # {min_gbps, timeout} (rank/before/netfloor.py); None: not measured
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -386,7 +389,7 @@ class JobFailure:
     job_restart: int = 0
     node: str | None = None  # where the batch shell ran
     time: str = ""
-    # The nodes this failure blames (rank/recovery.py): the preflight's unreachable ones, a
+    # The nodes this failure blames (rank/end/recovery.py): the preflight's unreachable ones, a
     # hang's stuck ranks' (when not every node's), a rank's node on a hardware error.
     nodes: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
@@ -755,3 +758,26 @@ class RunRecord:
 
     def save(self, path: str) -> None:
         write_json(path, self.to_dict())
+
+
+MAX_NODES = 4096  # node records read back
+
+
+def failed_nodes(run_dir: str) -> list[dict]:
+    """The verdicts of this attempt's nodes that failed their health gate (status/health/*.json,
+    written by before/health.py), by node."""
+    directory = os.path.join(run_dir, "status", "health")
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))[:MAX_NODES]
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        try:
+            data = read_json(os.path.join(directory, name))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("ok") is False and isinstance(
+                data.get("node"), str) and isinstance(data.get("problems"), list):
+            out.append(data)
+    return out

@@ -127,7 +127,7 @@ class Preemption(_Strict):
             "most requeues, compared with SLURM_RESTART_COUNT (requeues of any "
             "cause)"))] = 3
     # A requeue after a failure that names a node (preflight, hang, a node's hardware error)
-    # leaves that node out; never more than this many in all (rank/recovery.py).
+    # leaves that node out; never more than this many in all (rank/end/recovery.py).
     max_excluded_nodes: Annotated[NonNeg, Meta(description=(
             "most nodes a requeue (or submit --resume) leaves out because a "
             "failure named them, in all"))] = 2
@@ -225,7 +225,7 @@ class Notify(_Strict):
 
 
 class IdleGpus(_Strict):
-    """Stop a run whose GPUs all idle (rank/sampler.py): it saves and ends, not requeued."""
+    """Stop a run whose GPUs all idle (rank/during/sampler.py): it saves and ends, not requeued."""
     below: Annotated[Annotated[float, Meta(ge=0, le=100)], Meta(description=(
             "the utilization, in percent, that every GPU of the run stays below"))] = 5
     for_: Annotated[Union[Seconds, Duration], Meta(description=(
@@ -244,10 +244,10 @@ class IdleGpus(_Strict):
 
 
 class Health(_Strict):
-    """Each node's health gate before training (rank/health.py), read from nvidia-smi in the
+    """Each node's health gate before training (rank/before/health.py), read from nvidia-smi in the
     node check of the launch (or, without one, in each node's launch process before torchrun's
     agent); a node that fails it is named and left out at the requeue. Slow ranks, judged
-    from their progress rates (rank/slow.py). And the network floor (rank/netfloor.py)."""
+    from their progress rates (rank/during/slow.py). And the network floor (rank/before/netfloor.py)."""
     enabled: Annotated[bool | None, Meta(description=(
             "check each node's GPUs before the ranks start; null: on for jobs that ask "
             "for GPUs"))] = None

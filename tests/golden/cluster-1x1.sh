@@ -109,7 +109,7 @@ requeue_or_end() {  # VIEW
     exit 75
   fi
   log "preemption: $why: requeueing job $JOB_REF (requeue $(( count + 1 )) of at most 3); the next run resumes from the newest checkpoint"
-  requeue_job "${SLOW_NODES:-}"  # the slow ranks' nodes, with health.exclude_slow_nodes (rank/slow.py)
+  requeue_job "${SLOW_NODES:-}"  # the slow ranks' nodes, with health.exclude_slow_nodes (rank/during/slow.py)
 }
 
 # Whether the job's required node list (sbatch nodelist) names one of NODES (comma-separated):
@@ -122,7 +122,7 @@ required_among() {  # NODES
 }
 
 # After a failure recorded in status/failure.json: a requeue when it may help (a node's fault,
-# a hang: rank/recovery.py), leaving the nodes it blames out; otherwise the caller ends the job.
+# a hang: rank/end/recovery.py), leaving the nodes it blames out; otherwise the caller ends the job.
 requeue_after_failure() {
   # A cancel during a step fails the step too (the preflight, or the ranks): what Slurm is doing
   # to the job decides first, so that a cancelled or timed-out job is never requeued. A node that
@@ -199,13 +199,13 @@ wait_for_grace() {
   log "preemption: the ranks exited (status $STATUS) $(( SECONDS - SIGNALLED_AT )) s after the signal"
 }
 
-# The ranks write status/stop-R.json when a signal reaches them (rank/stop.py): a preemption
+# The ranks write status/stop-R.json when a signal reaches them (rank/end/stop.py): a preemption
 # signals them, not this shell.
 ranks_signalled() {
   compgen -G "$RUN_DIR/status/stop-*.json" >/dev/null
 }
 
-# A node failed its check (rank/preflight.py writes status/preflight-failed-NODE.txt): the job
+# A node failed its check (rank/before/preflight.py writes status/preflight-failed-NODE.txt): the job
 # failed there, whatever signals the launch's teardown sent the other nodes' processes.
 node_failed() {
   compgen -G "$RUN_DIR/status/preflight-failed-*.txt" >/dev/null
@@ -260,7 +260,7 @@ export HPCTRAIN_HEAD=localhost
 
 # --- launch ---------------------------------------------------------------------------------
 # torchrun's agent does not handle SIGUSR2, whose default action would kill it and its ranks
-# unsaved: start it with the signal ignored. Each rank's bootstrap takes it (rank/stop.py).
+# unsaved: start it with the signal ignored. Each rank's bootstrap takes it (rank/end/stop.py).
 # shellcheck disable=SC2016
 AGENT=(bash -c 'trap "" USR2; exec "$@"' hpctrain-agent)
 LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1

@@ -110,7 +110,7 @@ export HPCTRAIN_LIBRARY=command
 NNODES=2
 export HPCTRAIN_JOB_ID=$SLURM_JOB_ID
 # resources.spare_nodes: the allocation holds 2 + 1 nodes; each attempt runs on 2 of them,
-# named (CHOSEN, rank/spares.py: never one a failure blamed), the others stay idle. A spare takes
+# named (CHOSEN, rank/before/spares.py: never one a failure blamed), the others stay idle. A spare takes
 # a blamed node's place in a new attempt of this same allocation (requeue.sh.j2: replace_node).
 SPARE_ROUND=${HPCTRAIN_SPARE_ROUND:-0}
 rm -f "$RUN_DIR/status/nodes-down.txt"  # an earlier attempt's (requeue.sh.j2: nodes_down)
@@ -144,8 +144,8 @@ LAUNCH=(srun --nodes="$NNODES" --nodelist="$CHOSEN" --ntasks="$NNODES" --ntasks-
   "${AGENT[@]}" python "$RUN_DIR/rank" launch 60 --nnodes="$NNODES" --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$HPCTRAIN_JOB_ID" --rdzv-conf="join_timeout=600,last_call_timeout=30,close_timeout=60" --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
-# --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
-# First each node's health gate (rank/health.py): its GPUs, read from nvidia-smi; a node that
+# --- preflight: every node reaches the head on the rendezvous port (rank/before/preflight.py) -------
+# First each node's health gate (rank/before/health.py): its GPUs, read from nvidia-smi; a node that
 # fails it is named with the GPU and the reason, and the requeue leaves it out.
 # Without it, a node that cannot reach the head makes torchrun wait its join_timeout and the job
 # hang until the time limit; here the job stops within 60 s and names the node.
@@ -155,14 +155,14 @@ HPCTRAIN_NODES=$(echo "$NODELIST" | paste -sd, -)
 rm -f "$RUN_DIR/status/preflight.json" "$RUN_DIR"/status/preflight-failed-*.txt "$RUN_DIR"/status/health/*.json
 log "preflight: $NNODES nodes must reach $HEAD:$PORT within 60 s (in the launch step)"
 
-# --- hang detection (rank/watch.py) -----------------------------------------------------------
+# --- hang detection (rank/during/watch.py) -----------------------------------------------------------
 # A watcher beside the launch: when no rank has progressed for 300 s (launcher.hang_timeout) it
 # names the stuck ranks in status/failure.json and exits 3; the ranks are then ended on every
 # node (a stack dump in each rank's log first) and torchrun restarts them from the newest
 # checkpoint while launcher.max_restarts allows; after that the job ends (and is requeued).
 # PyTorch's flight recorder counts every collective of each rank (gloo's and NCCL's): the watcher
 # asks each rank for its dump, and the rank whose last collective lags the others' is named
-# (rank/flight.py). A value of your own (TORCH_FR_BUFFER_SIZE, or TORCH_NCCL_TRACE_BUFFER_SIZE) wins.
+# (rank/during/flight.py). A value of your own (TORCH_FR_BUFFER_SIZE, or TORCH_NCCL_TRACE_BUFFER_SIZE) wins.
 export TORCH_FR_BUFFER_SIZE="${TORCH_FR_BUFFER_SIZE:-${TORCH_NCCL_TRACE_BUFFER_SIZE:-2000}}"
 HANGS=0
 watch_start() {
@@ -204,7 +204,7 @@ while kill -0 "$CHILD" 2>/dev/null; do
 done
 wait "$CHILD" || STATUS=$?
 watch_stop
-# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/during/slow.py, status/slow.json).
 SLOW=$(python "$RUN_DIR/rank" slow "$RUN_DIR" 0 2>&1) || true
 while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 end_ranks

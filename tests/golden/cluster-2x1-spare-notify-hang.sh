@@ -34,7 +34,7 @@ archive_failure() {
   [[ ! -e "$RUN_DIR/status/failure.json" ]] || python "$RUN_DIR/rank" archive "$RUN_DIR" || true
 }
 # notify: this run's events go to the webhook whose URL is in $HOOK_URL (passed from where you
-# submit, like secrets; never written here). rank/notify.py sends each in at most a few seconds and
+# submit, like secrets; never written here). rank/end/notify.py sends each in at most a few seconds and
 # never fails the job; what was sent, or why not, is in status/notify.jsonl (without the URL).
 NOTIFY_ENDED=""
 notify_event() {  # EVENT [DETAIL]
@@ -136,7 +136,7 @@ requeue_or_end() {  # VIEW
   fi
   log "preemption: $why: requeueing job $JOB_REF (requeue $(( count + 1 )) of at most 3); the next run resumes from the newest checkpoint"
   [[ "$1" != preempted ]] || notify_event preempted "requeueing job $JOB_REF (requeue $(( count + 1 )) of at most 3)"
-  requeue_job "${SLOW_NODES:-}"  # the slow ranks' nodes, with health.exclude_slow_nodes (rank/slow.py)
+  requeue_job "${SLOW_NODES:-}"  # the slow ranks' nodes, with health.exclude_slow_nodes (rank/during/slow.py)
 }
 
 # Whether the job's required node list (sbatch nodelist) names one of NODES (comma-separated):
@@ -150,7 +150,7 @@ required_among() {  # NODES
 
 # After a failed launch: this attempt's nodes that Slurm took away — gone from the job's node
 # list (--no-kill drops a failed node from the allocation instead of ending the job), or down,
-# drained or not responding (a '*' after the state) — for rank/recovery.py, which blames them
+# drained or not responding (a '*' after the state) — for rank/end/recovery.py, which blames them
 # (status/nodes-down.txt).
 nodes_down() {
   local now down
@@ -188,7 +188,7 @@ replace_node() {  # WHY
 }
 
 # After a failure recorded in status/failure.json: a requeue when it may help (a node's fault,
-# a hang: rank/recovery.py), leaving the nodes it blames out; otherwise the caller ends the job.
+# a hang: rank/end/recovery.py), leaving the nodes it blames out; otherwise the caller ends the job.
 requeue_after_failure() {
   # A cancel during a step fails the step too (the preflight, or the ranks): what Slurm is doing
   # to the job decides first, so that a cancelled or timed-out job is never requeued. A node that
@@ -267,13 +267,13 @@ wait_for_grace() {
   log "preemption: the ranks exited (status $STATUS) $(( SECONDS - SIGNALLED_AT )) s after the signal"
 }
 
-# The ranks write status/stop-R.json when a signal reaches them (rank/stop.py): a preemption
+# The ranks write status/stop-R.json when a signal reaches them (rank/end/stop.py): a preemption
 # signals them, not this shell.
 ranks_signalled() {
   compgen -G "$RUN_DIR/status/stop-*.json" >/dev/null
 }
 
-# A node failed its check (rank/preflight.py writes status/preflight-failed-NODE.txt): the job
+# A node failed its check (rank/before/preflight.py writes status/preflight-failed-NODE.txt): the job
 # failed there, whatever signals the launch's teardown sent the other nodes' processes.
 node_failed() {
   compgen -G "$RUN_DIR/status/preflight-failed-*.txt" >/dev/null
@@ -319,7 +319,7 @@ export HPCTRAIN_LIBRARY=command
 NNODES=2
 export HPCTRAIN_JOB_ID=$SLURM_JOB_ID
 # resources.spare_nodes: the allocation holds 2 + 1 nodes; each attempt runs on 2 of them,
-# named (CHOSEN, rank/spares.py: never one a failure blamed), the others stay idle. A spare takes
+# named (CHOSEN, rank/before/spares.py: never one a failure blamed), the others stay idle. A spare takes
 # a blamed node's place in a new attempt of this same allocation (requeue.sh.j2: replace_node).
 SPARE_ROUND=${HPCTRAIN_SPARE_ROUND:-0}
 rm -f "$RUN_DIR/status/nodes-down.txt"  # an earlier attempt's (requeue.sh.j2: nodes_down)
@@ -349,15 +349,15 @@ log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | p
 
 # --- launch ---------------------------------------------------------------------------------
 # torchrun's agent does not handle SIGUSR2, whose default action would kill it and its ranks
-# unsaved: start it with the signal ignored. Each rank's bootstrap takes it (rank/stop.py).
+# unsaved: start it with the signal ignored. Each rank's bootstrap takes it (rank/end/stop.py).
 # shellcheck disable=SC2016
 AGENT=(bash -c 'trap "" USR2; exec "$@"' hpctrain-agent)
 LAUNCH=(srun --nodes="$NNODES" --nodelist="$CHOSEN" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=1 --gpus-per-node=1 --kill-on-bad-exit=1
   "${AGENT[@]}" python "$RUN_DIR/rank" launch 60 --nnodes="$NNODES" --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$HPCTRAIN_JOB_ID" --rdzv-conf="join_timeout=600,last_call_timeout=30,close_timeout=60" --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
-# --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
-# First each node's health gate (rank/health.py): its GPUs, read from nvidia-smi; a node that
+# --- preflight: every node reaches the head on the rendezvous port (rank/before/preflight.py) -------
+# First each node's health gate (rank/before/health.py): its GPUs, read from nvidia-smi; a node that
 # fails it is named with the GPU and the reason, and the requeue leaves it out.
 # Without it, a node that cannot reach the head makes torchrun wait its join_timeout and the job
 # hang until the time limit; here the job stops within 60 s and names the node.
@@ -369,14 +369,14 @@ HPCTRAIN_NODES=$(echo "$NODELIST" | paste -sd, -)
 rm -f "$RUN_DIR/status/preflight.json" "$RUN_DIR"/status/preflight-failed-*.txt "$RUN_DIR"/status/health/*.json
 log "preflight: $NNODES nodes must reach $HEAD:$PORT within 60 s (in the launch step)"
 
-# --- hang detection (rank/watch.py) -----------------------------------------------------------
+# --- hang detection (rank/during/watch.py) -----------------------------------------------------------
 # A watcher beside the launch: when no rank has progressed for 300 s (launcher.hang_timeout) it
 # names the stuck ranks in status/failure.json and exits 3; the ranks are then ended on every
 # node (a stack dump in each rank's log first) and torchrun restarts them from the newest
 # checkpoint while launcher.max_restarts allows; after that the job ends (and is requeued).
 # PyTorch's flight recorder counts every collective of each rank (gloo's and NCCL's): the watcher
 # asks each rank for its dump, and the rank whose last collective lags the others' is named
-# (rank/flight.py). A value of your own (TORCH_FR_BUFFER_SIZE, or TORCH_NCCL_TRACE_BUFFER_SIZE) wins.
+# (rank/during/flight.py). A value of your own (TORCH_FR_BUFFER_SIZE, or TORCH_NCCL_TRACE_BUFFER_SIZE) wins.
 export TORCH_FR_BUFFER_SIZE="${TORCH_FR_BUFFER_SIZE:-${TORCH_NCCL_TRACE_BUFFER_SIZE:-2000}}"
 HANGS=0
 watch_start() {
@@ -432,7 +432,7 @@ if (( ! REAPED )); then
   fi
 fi
 watch_stop
-# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/during/slow.py, status/slow.json).
 SLOW=$(python "$RUN_DIR/rank" slow "$RUN_DIR" 2 2>&1) || true
 while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 if (( STATUS != 0 )) && node_failed; then

@@ -53,7 +53,7 @@ export SLURM_NNODES=$SLURM_JOB_NUM_NODES
 NNODES=2
 export HPCTRAIN_JOB_ID=$SLURM_JOB_ID
 # resources.spare_nodes: the allocation holds 2 + 1 nodes; each attempt runs on 2 of them,
-# named (CHOSEN, rank/spares.py: never one a failure blamed), the others stay idle. A spare takes
+# named (CHOSEN, rank/before/spares.py: never one a failure blamed), the others stay idle. A spare takes
 # a blamed node's place in a new attempt of this same allocation (requeue.sh.j2: replace_node).
 SPARE_ROUND=${HPCTRAIN_SPARE_ROUND:-0}
 rm -f "$RUN_DIR/status/nodes-down.txt"  # an earlier attempt's (requeue.sh.j2: nodes_down)

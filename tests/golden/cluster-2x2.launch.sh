@@ -135,7 +135,7 @@ LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per
   "${AGENT[@]}" python "$RUN_DIR/rank" launch 60 --nnodes="$NNODES" --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$HPCTRAIN_JOB_ID" --rdzv-conf="join_timeout=600,last_call_timeout=30,close_timeout=60" --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
-# --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
+# --- preflight: every node reaches the head on the rendezvous port (rank/before/preflight.py) -------
 # Without it, a node that cannot reach the head makes torchrun wait its join_timeout and the job
 # hang until the time limit; here the job stops within 60 s and names the node.
 export HPCTRAIN_NODES
@@ -162,7 +162,7 @@ while :; do
     break
   fi
 done
-# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/during/slow.py, status/slow.json).
 SLOW=$(python "$RUN_DIR/rank" slow "$RUN_DIR" 0 2>&1) || true
 while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 end_ranks

@@ -109,7 +109,7 @@ requeue_or_end() {  # VIEW
     exit 75
   fi
   log "preemption: $why: requeueing job $JOB_REF (requeue $(( count + 1 )) of at most 3); the next run resumes from the newest checkpoint"
-  requeue_job "${SLOW_NODES:-}"  # the slow ranks' nodes, with health.exclude_slow_nodes (rank/slow.py)
+  requeue_job "${SLOW_NODES:-}"  # the slow ranks' nodes, with health.exclude_slow_nodes (rank/during/slow.py)
 }
 
 # Whether the job's required node list (sbatch nodelist) names one of NODES (comma-separated):
@@ -122,7 +122,7 @@ required_among() {  # NODES
 }
 
 # After a failure recorded in status/failure.json: a requeue when it may help (a node's fault,
-# a hang: rank/recovery.py), leaving the nodes it blames out; otherwise the caller ends the job.
+# a hang: rank/end/recovery.py), leaving the nodes it blames out; otherwise the caller ends the job.
 requeue_after_failure() {
   # A cancel during a step fails the step too (the preflight, or the ranks): what Slurm is doing
   # to the job decides first, so that a cancelled or timed-out job is never requeued. A node that
@@ -199,13 +199,13 @@ wait_for_grace() {
   log "preemption: the ranks exited (status $STATUS) $(( SECONDS - SIGNALLED_AT )) s after the signal"
 }
 
-# The ranks write status/stop-R.json when a signal reaches them (rank/stop.py): a preemption
+# The ranks write status/stop-R.json when a signal reaches them (rank/end/stop.py): a preemption
 # signals them, not this shell.
 ranks_signalled() {
   compgen -G "$RUN_DIR/status/stop-*.json" >/dev/null
 }
 
-# A node failed its check (rank/preflight.py writes status/preflight-failed-NODE.txt): the job
+# A node failed its check (rank/before/preflight.py writes status/preflight-failed-NODE.txt): the job
 # failed there, whatever signals the launch's teardown sent the other nodes' processes.
 node_failed() {
   compgen -G "$RUN_DIR/status/preflight-failed-*.txt" >/dev/null
@@ -271,14 +271,14 @@ log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | p
 
 # --- launch ---------------------------------------------------------------------------------
 # torchrun's agent does not handle SIGUSR2, whose default action would kill it and its ranks
-# unsaved: start it with the signal ignored. Each rank's bootstrap takes it (rank/stop.py).
+# unsaved: start it with the signal ignored. Each rank's bootstrap takes it (rank/end/stop.py).
 # shellcheck disable=SC2016
 AGENT=(bash -c 'trap "" USR2; exec "$@"' hpctrain-agent)
 LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1
   "${AGENT[@]}" python "$RUN_DIR/rank" launch 60 --nnodes="$NNODES" --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$HPCTRAIN_JOB_ID" --rdzv-conf="join_timeout=600,last_call_timeout=30,close_timeout=60" --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
-# --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
+# --- preflight: every node reaches the head on the rendezvous port (rank/before/preflight.py) -------
 # Without it, a node that cannot reach the head makes torchrun wait its join_timeout and the job
 # hang until the time limit; here the job stops within 60 s and names the node.
 # A cancel or preemption during the setup above: no preflight, no launch.
@@ -318,7 +318,7 @@ if (( ! REAPED )); then
     wait "$CHILD" || STATUS=$?
   fi
 fi
-# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/during/slow.py, status/slow.json).
 SLOW=$(python "$RUN_DIR/rank" slow "$RUN_DIR" 2 2>&1) || true
 while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 if (( STATUS != 0 )) && node_failed; then

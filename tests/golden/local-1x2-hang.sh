@@ -110,14 +110,14 @@ export HPCTRAIN_HEAD=localhost
 LAUNCH=(python "$RUN_DIR/rank" agent --standalone --nnodes=1 --nproc-per-node=2 --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
-# --- hang detection (rank/watch.py) -----------------------------------------------------------
+# --- hang detection (rank/during/watch.py) -----------------------------------------------------------
 # A watcher beside the launch: when no rank has progressed for 120 s (launcher.hang_timeout) it
 # names the stuck ranks in status/failure.json and exits 3; the ranks are then ended on every
 # node (a stack dump in each rank's log first) and torchrun restarts them from the newest
 # checkpoint while launcher.max_restarts allows; after that the job ends (and is requeued).
 # PyTorch's flight recorder counts every collective of each rank (gloo's and NCCL's): the watcher
 # asks each rank for its dump, and the rank whose last collective lags the others' is named
-# (rank/flight.py). A value of your own (TORCH_FR_BUFFER_SIZE, or TORCH_NCCL_TRACE_BUFFER_SIZE) wins.
+# (rank/during/flight.py). A value of your own (TORCH_FR_BUFFER_SIZE, or TORCH_NCCL_TRACE_BUFFER_SIZE) wins.
 export TORCH_FR_BUFFER_SIZE="${TORCH_FR_BUFFER_SIZE:-${TORCH_NCCL_TRACE_BUFFER_SIZE:-2000}}"
 HANGS=0
 watch_start() {
@@ -159,7 +159,7 @@ while kill -0 "$CHILD" 2>/dev/null; do
 done
 wait "$CHILD" || STATUS=$?
 watch_stop
-# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/during/slow.py, status/slow.json).
 SLOW=$(python "$RUN_DIR/rank" slow "$RUN_DIR" 0 2>&1) || true
 while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 end_ranks

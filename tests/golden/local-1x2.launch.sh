@@ -128,7 +128,7 @@ while :; do
     break
   fi
 done
-# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/during/slow.py, status/slow.json).
 SLOW=$(python "$RUN_DIR/rank" slow "$RUN_DIR" 0 2>&1) || true
 while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 end_ranks

@@ -133,7 +133,7 @@ log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | p
 # --- container: podman (hpctrain/job/containers.py) --------------------------------
 # This shell stays on the host; on every node the launch runs in localhost/hpctrain-test:latest:
 # the run and working directories are bound at the same paths.
-# Through hpctrain's supervisor (rank/container.py): it forwards the step's signals to every
+# Through hpctrain's supervisor (rank/before/container.py): it forwards the step's signals to every
 # process of the container and leaves no container behind. Variables pass by name (--env NAME).
 # shellcheck disable=SC2154
 CONTAINER=(python3 /runs/ddp-check/RUN_ID/rank container podman --runtime runc --cgroup-manager=cgroupfs -- --network=host --init --env OMP_NUM_THREADS --env TORCH_ELASTIC_SHUTDOWN_TIMEOUT --env WANDB_RUN_ID --env WANDB_RESUME --env WANDB_DIR --env HPCTRAIN_TENSORBOARD_DIR --env HPCTRAIN_RUN_DIR --env HPCTRAIN_JOB_NAME --env HPCTRAIN_SITE --env HPCTRAIN_LIBRARY --env HPCTRAIN_JOB_ID --env HPCTRAIN_PORT --env HPCTRAIN_SPARE_PORT --env HPCTRAIN_HEAD --env HPCTRAIN_NODES --env SLURM_JOB_ID --env SLURM_STEP_ID --env SLURM_PROCID --env SLURM_LOCALID --env SLURM_NODEID --env SLURM_NTASKS --env SLURM_NTASKS_PER_NODE --env SLURM_CPUS_PER_TASK --env SLURMD_NODENAME --env SLURM_JOB_NODELIST --env SLURM_RESTART_COUNT --env SLURM_ARRAY_JOB_ID --env SLURM_ARRAY_TASK_ID --env CUDA_VISIBLE_DEVICES --env NVIDIA_VISIBLE_DEVICES --env TORCH_FR_BUFFER_SIZE --env TORCH_NCCL_TRACE_BUFFER_SIZE -v /runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID -v /work/job:/work/job -v /usr:/usr:ro -v /etc:/etc:ro --workdir /work/job --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 localhost/hpctrain-test:latest)
@@ -144,7 +144,7 @@ LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per
   "${CONTAINER[@]}" "${AGENT[@]}" python "$RUN_DIR/rank" launch 60 --nnodes="$NNODES" --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$HPCTRAIN_JOB_ID" --rdzv-conf="join_timeout=600,last_call_timeout=30,close_timeout=60" --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
-# --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
+# --- preflight: every node reaches the head on the rendezvous port (rank/before/preflight.py) -------
 # Without it, a node that cannot reach the head makes torchrun wait its join_timeout and the job
 # hang until the time limit; here the job stops within 60 s and names the node.
 export HPCTRAIN_NODES
@@ -171,7 +171,7 @@ while :; do
     break
   fi
 done
-# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/during/slow.py, status/slow.json).
 SLOW=$(python3 "$RUN_DIR/rank" slow "$RUN_DIR" 0 2>&1) || true
 while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 end_ranks

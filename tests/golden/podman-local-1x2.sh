@@ -109,7 +109,7 @@ export HPCTRAIN_HEAD=localhost
 # --- container: podman (hpctrain/job/containers.py) --------------------------------
 # This shell stays on the host; on every node the launch runs in localhost/hpctrain-test:latest:
 # the run and working directories are bound at the same paths.
-# Through hpctrain's supervisor (rank/container.py): it forwards the step's signals to every
+# Through hpctrain's supervisor (rank/before/container.py): it forwards the step's signals to every
 # process of the container and leaves no container behind. Variables pass by name (--env NAME).
 # shellcheck disable=SC2154
 CONTAINER=(python3 /runs/ddp-check/RUN_ID/rank container podman -- --network=host --init --env WANDB_RUN_ID --env WANDB_RESUME --env WANDB_DIR --env HPCTRAIN_TENSORBOARD_DIR --env HPCTRAIN_RUN_DIR --env HPCTRAIN_JOB_NAME --env HPCTRAIN_SITE --env HPCTRAIN_LIBRARY --env HPCTRAIN_JOB_ID --env HPCTRAIN_PORT --env HPCTRAIN_SPARE_PORT --env HPCTRAIN_HEAD --env HPCTRAIN_NODES --env SLURM_JOB_ID --env SLURM_STEP_ID --env SLURM_PROCID --env SLURM_LOCALID --env SLURM_NODEID --env SLURM_NTASKS --env SLURM_NTASKS_PER_NODE --env SLURM_CPUS_PER_TASK --env SLURMD_NODENAME --env SLURM_JOB_NODELIST --env SLURM_RESTART_COUNT --env SLURM_ARRAY_JOB_ID --env SLURM_ARRAY_TASK_ID --env CUDA_VISIBLE_DEVICES --env NVIDIA_VISIBLE_DEVICES --env TORCH_FR_BUFFER_SIZE --env TORCH_NCCL_TRACE_BUFFER_SIZE -v /runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID -v /work/job:/work/job --workdir /work/job localhost/hpctrain-test:latest)
@@ -137,7 +137,7 @@ while :; do
     break
   fi
 done
-# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/during/slow.py, status/slow.json).
 SLOW=$(python3 "$RUN_DIR/rank" slow "$RUN_DIR" 0 2>&1) || true
 while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 end_ranks

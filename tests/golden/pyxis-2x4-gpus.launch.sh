@@ -157,8 +157,8 @@ LAUNCH=(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per
   "${AGENT[@]}" python "$RUN_DIR/rank" launch 60 --nnodes="$NNODES" --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="$HPCTRAIN_JOB_ID" --rdzv-conf="join_timeout=600,last_call_timeout=30,close_timeout=60" --max-restarts=0
   "$RUN_DIR/rank" run "$RUN_DIR/bootstrap.json")
 
-# --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
-# First each node's health gate (rank/health.py): its GPUs, read from nvidia-smi; a node that
+# --- preflight: every node reaches the head on the rendezvous port (rank/before/preflight.py) -------
+# First each node's health gate (rank/before/health.py): its GPUs, read from nvidia-smi; a node that
 # fails it is named with the GPU and the reason, and the requeue leaves it out.
 # Without it, a node that cannot reach the head makes torchrun wait its join_timeout and the job
 # hang until the time limit; here the job stops within 60 s and names the node.
@@ -186,7 +186,7 @@ while :; do
     break
   fi
 done
-# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/during/slow.py, status/slow.json).
 SLOW=$(python3 "$RUN_DIR/rank" slow "$RUN_DIR" 0 2>&1) || true
 while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 end_ranks

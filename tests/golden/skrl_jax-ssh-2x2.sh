@@ -497,7 +497,7 @@ term_run() {
     echo "hpctrain term: $(hostname): SIGTERM to torchrun (pid ${AGENTS[*]})"
   elif (( ${#AGENTS[@]} )); then
     # Its ranks have ended: torchrun is on its way out (its exit barrier), with nothing left to
-    # stop (a signal there is only noted: rank/ending.py run_agent).
+    # stop (a signal there is only noted: rank/end/ending.py run_agent).
     echo "hpctrain term: $(hostname): the ranks have ended; torchrun is finishing"
   elif (( ${#RANKS[@]} )); then
     kill -TERM "${RANKS[@]}" 2>/dev/null || true
@@ -761,12 +761,12 @@ log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | p
 # One step per host; each starts its 2 rank(s) as Slurm tasks would be (launch_tasks).
 LAUNCH=(on_hosts --gather @tasks)
 
-# --- preflight: every node reaches the head on the rendezvous port (rank/preflight.py) -------
+# --- preflight: every node reaches the head on the rendezvous port (rank/before/preflight.py) -------
 # Without it, a node that cannot reach the head makes torchrun wait its join_timeout and the job
 # hang until the time limit; here the job stops within 60 s and names the node.
 export HPCTRAIN_NODES
 HPCTRAIN_NODES=$(echo "$NODELIST" | paste -sd, -)
-# An earlier attempt's verdicts (rank/preflight.py).
+# An earlier attempt's verdicts (rank/before/preflight.py).
 rm -f "$RUN_DIR"/status/preflight-failed-*.txt
 log "preflight: $NNODES nodes must reach $HEAD:$PORT within 60 s"
 PREFLIGHT_STATUS=0
@@ -797,7 +797,7 @@ while :; do
     break
   fi
 done
-# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
+# Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/during/slow.py, status/slow.json).
 SLOW=$(python "$RUN_DIR/rank" slow "$RUN_DIR" 0 2>&1) || true
 while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
 end_ranks

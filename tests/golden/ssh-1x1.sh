@@ -460,7 +460,7 @@ term_run() {
     echo "hpctrain term: $(hostname): SIGTERM to torchrun (pid ${AGENTS[*]})"
   elif (( ${#AGENTS[@]} )); then
     # Its ranks have ended: torchrun is on its way out (its exit barrier), with nothing left to
-    # stop (a signal there is only noted: rank/ending.py run_agent).
+    # stop (a signal there is only noted: rank/end/ending.py run_agent).
     echo "hpctrain term: $(hostname): the ranks have ended; torchrun is finishing"
   elif (( ${#RANKS[@]} )); then
     kill -TERM "${RANKS[@]}" 2>/dev/null || true

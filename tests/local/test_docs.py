@@ -338,7 +338,7 @@ PATH_IN_CODE = re.compile(r"`([A-Za-z0-9_~$<>./-]*/[A-Za-z0-9_<>.-]*\.(?:py|sh|y
 
 
 def test_paths_the_manual_names_exist():
-    """A file the manual points at (`rank/probe.py`, `tests/unit/test_layout.py`, an example)
+    """A file the manual points at (`rank/before/probe.py`, `tests/unit/test_layout.py`, an example)
     exists, in the repository or in the package: a move or a rename shows here."""
     missing = []
     for page in PAGES:

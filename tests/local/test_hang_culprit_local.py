@@ -22,7 +22,7 @@ def test_the_rank_not_in_the_collective_is_named(cli, tmp_path):
     st = wait_state(cli, run_dir.name, {"FAILED", "COMPLETED"}, timeout=120)
     assert st["state"]["state"] == "FAILED", st
     assert st["ended"].startswith("hang: rank 1 on ") and "(at late_rank.py:" in st["ended"], st
-    # PyTorch's flight recorder, asked by the watcher (rank/flight.py), tells it first.
+    # PyTorch's flight recorder, asked by the watcher (rank/during/flight.py), tells it first.
     assert ("held the others (flight recorder): its last collective in process group 0 was #1; "
             "rank(s) 0 wait in #2 (gloo:all_reduce). ") in st["ended"], st
     text = cli("status", run_dir.name).stdout

@@ -21,7 +21,7 @@ RANK = [sys.executable, "-m", "hpctrain.rank"]
 PROGRAM = textwrap.dedent("""
     import json, os, sys, types
     import torch.distributed as dist
-    from hpctrain.rank import preflight
+    from hpctrain.rank.before import preflight
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     me = types.SimpleNamespace(rank=rank, world_size=world, node="here",
                                local_world_size=int(os.environ["LOCAL_WORLD_SIZE"]))
@@ -139,7 +139,7 @@ def test_a_rank_that_never_meets_is_named_by_the_others(launch):
 ONE_RANK = textwrap.dedent("""
     import json, os, sys, time, types
     from torch.distributed import TCPStore
-    from hpctrain.rank import preflight
+    from hpctrain.rank.before import preflight
     rank = int(os.environ["RANK"])
     me = types.SimpleNamespace(rank=rank, world_size=4, node=os.environ["NODE"],
                                local_world_size=2)

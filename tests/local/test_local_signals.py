@@ -130,7 +130,7 @@ import datetime, logging, os, signal, sys, threading, types
 from torch.distributed import TCPStore
 from torch.distributed.elastic.agent.server import api as agent_api
 from torch.distributed.elastic.multiprocessing import api as mp_api
-from hpctrain.rank.ending import run_agent
+from hpctrain.rank.end.ending import run_agent
 
 logging.basicConfig(stream=sys.stdout, level=logging.INFO)
 store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,

@@ -15,7 +15,7 @@ def test_cpu_sampler_leaves_out_a_rank_that_has_ended(tmp_path, monkeypatch):
     """An ended rank not yet reaped is a zombie: /proc still lists it, without VmRSS. The sampler
     gives the live rank's row and leaves the ended one out, rather than a row without memory."""
     import time
-    from hpctrain.rank import sampler
+    from hpctrain.rank.during import sampler
     from hpctrain.rank.records import write_identity
     (tmp_path / "bootstrap.json").write_text(json.dumps({"sample_every": 0.2}))
     live = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -48,7 +48,7 @@ def test_cpu_sampler_finds_a_rank_that_starts_after_its_first_look(tmp_path, mon
     some of them. It looks again at every sample until all of the node's local ranks are known,
     so the late rank is sampled from its start, not half a minute later."""
     import time
-    from hpctrain.rank import sampler
+    from hpctrain.rank.during import sampler
     from hpctrain.rank.records import write_identity
     (tmp_path / "bootstrap.json").write_text(json.dumps({"sample_every": 0.2}))
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]

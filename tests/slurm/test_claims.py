@@ -109,7 +109,7 @@ def test_list_asks_slurm_once_whatever_the_number_of_runs(cli, cluster, tmp_path
         dirs.append(run_dir)
     try:
         # Each job, as it starts, asks scontrol once for its own allocation (the node's sampler,
-        # rank/sampler.py): counted by the same sdiag, so the count waits until all 5 have.
+        # rank/during/sampler.py): counted by the same sdiag, so the count waits until all 5 have.
         wait_until(lambda: all(list((d / "status").glob("allocation-*.json")) for d in dirs), 180,
                    "every job's allocation record")
         before = _job_info_rpcs()

@@ -1,6 +1,6 @@
 """Issue 40, item 2, on the real cluster with gloo: a 2-node x 2-rank GPU job whose rank 3 sleeps
 in its own code before the all-reduce ranks 0-2 wait in, no progress reports, hang_timeout 20.
-The watcher asks every rank for its flight recorder's dump (rank/flight.py) and ends them; the
+The watcher asks every rank for its flight recorder's dump (rank/during/flight.py) and ends them; the
 failure record names rank 3 and its node — its last collective lags the others' — and the
 requeued attempt runs without that node and completes."""
 from __future__ import annotations

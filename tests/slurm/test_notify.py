@@ -1,4 +1,4 @@
-"""Notifications sent by the job itself (rank/notify.py from the batch shell's hooks), on the
+"""Notifications sent by the job itself (rank/end/notify.py from the batch shell's hooks), on the
 real local Slurm cluster: a webhook on the bridge address the nodes reach (10.231.0.1) receives
 the events of a run that is preempted by a `high` job, requeued and completes, in order, and the
 URL, which carries a token, is nowhere in the run directory, its script or its logs."""

@@ -264,7 +264,7 @@ def test_user_scancel_ends_the_run_without_requeue(cli, cluster):
     assert "requeueing job" not in log, log[-3000:]
     assert re.search(r"hpctrain: preemption: SIGTERM and the scheduler is ending the job \(cancelled, "
                      r"or its time limit\): not requeueing", log), log[-3000:]
-    # The ranks took the SIGTERM as "save now" (rank/stop.py notes it).
+    # The ranks took the SIGTERM as "save now" (rank/end/stop.py notes it).
     assert list((run_dir / "status").glob("stop-*.json")), sorted((run_dir / "status").iterdir())
     failure = run_dir / "status" / "failure.json"
     if failure.exists():  # when the shell wrote it inside Slurm's KillWait

@@ -15,7 +15,7 @@ from hpctrain.errors import HpctrainError
 from hpctrain.job.load import load_job
 from hpctrain.job.plan import make_plan
 from hpctrain.rendering.quoting import cwords as _cwords
-from hpctrain.rank.container import descendants
+from hpctrain.rank.before.container import descendants
 from hpctrain.submission import render
 from tests.conftest import ROOT
 from tests.unit.test_libraries import SLURM_FILLED

@@ -1,4 +1,4 @@
-"""A hang names its culprit (issue 29, rank/culprit.py): from the stacks the ranks dumped as they
+"""A hang names its culprit (issue 29, rank/during/culprit.py): from the stacks the ranks dumped as they
 were ended (real faulthandler dumps of a gloo hang in tests/fixtures/stacks/), the rank that is
 not in the collective the others wait in is named with its node and blamed, so the requeue leaves
 that node out."""
@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 
-from hpctrain.rank import culprit, recovery
-from hpctrain.rank.bootstrap import summarize
+from hpctrain.rank.during import culprit
+
+from hpctrain.rank.end import recovery
+from hpctrain.rank.before.bootstrap import summarize
 from hpctrain.rank.records import JobFailure, read_job_failure, write_job_failure
 from tests.conftest import ROOT
 

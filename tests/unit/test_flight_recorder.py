@@ -1,4 +1,4 @@
-"""A hang's culprit from PyTorch's flight recorder (issue 40, rank/flight.py, rank/culprit.py): over
+"""A hang's culprit from PyTorch's flight recorder (issue 40, rank/during/flight.py, rank/during/culprit.py): over
 real dumps of a gloo hang (tests/fixtures/flight_recorder/), the rank whose last collective lags
 the others' is named with its node and blamed, so the requeue leaves that node out; a dump is
 read as bounded JSON only, and one that is not this hang's, or not a dump, changes nothing."""
@@ -11,8 +11,10 @@ import pickle
 import sys
 import types
 
-from hpctrain.rank import culprit, flight, recovery
-from hpctrain.rank.bootstrap import summarize
+from hpctrain.rank.during import culprit, flight
+
+from hpctrain.rank.end import recovery
+from hpctrain.rank.before.bootstrap import summarize
 from hpctrain.rank.records import JobFailure, RankIdentity, read_job_failure, write_identity, \
     write_job_failure
 from tests.conftest import ROOT

@@ -1,4 +1,4 @@
-"""The health gate of issue 29, the rank side's logic (rank/health.py), on the real H100 bytes of
+"""The health gate of issue 29, the rank side's logic (rank/before/health.py), on the real H100 bytes of
 tests/fixtures/nvidia-smi/ and on faults written into the same fields by the stand-in
 nvidia-smi (tests/fakes/nvidia-smi, loaded here as a module: no process starts)."""
 from __future__ import annotations
@@ -14,7 +14,9 @@ import pytest
 
 from hpctrain.job.load import load_job
 from hpctrain.job.plan import make_plan
-from hpctrain.rank import health, preflight, recovery
+from hpctrain.rank.before import health, preflight
+from hpctrain.rank.end import recovery
+from hpctrain.rank import records
 from hpctrain.rank.records import JobFailure, write_job_failure
 from tests.conftest import ROOT
 
@@ -153,7 +155,7 @@ def test_a_failed_gate_blames_its_node_and_the_requeue_leaves_it_out(tmp_path):
         health.record(str(tmp_path), verdict)
     os.mkfifo(tmp_path / "status" / "health" / "node3.json")  # never opened to wait on
     (tmp_path / "status" / "health" / "node4.json").write_text("{not json")
-    assert [v["node"] for v in health.failed_nodes(str(tmp_path))] == ["node2"]
+    assert [v["node"] for v in records.failed_nodes(str(tmp_path))] == ["node2"]
     assert recovery.blamed_nodes(str(tmp_path), "preflight", []) == ["node2"]
     write_job_failure(str(tmp_path), JobFailure(reason="preflight", exit_status=1, message=(
         "preflight failed: node2 failed the health gate: x"), nodes=["node2"]))
@@ -213,7 +215,7 @@ def test_a_single_node_gets_the_gate_in_its_agent_and_a_failure_is_written_as_th
 
 
 def test_network_floor_pairs_come_in_three_rounds_of_disjoint_neighbours():
-    from hpctrain.rank.netfloor import rounds
+    from hpctrain.rank.before.netfloor import rounds
     assert rounds(1) == [] and rounds(2) == []
     assert rounds(3) == [[(0, 1)], [(1, 2)], [(2, 0)]]
     assert rounds(4) == [[(0, 1), (2, 3)], [(1, 2)], [(3, 0)]]
@@ -228,7 +230,7 @@ def test_network_floor_pairs_come_in_three_rounds_of_disjoint_neighbours():
 
 
 def test_network_floor_names_the_node_in_both_slowest_pairs_or_the_pair():
-    from hpctrain.rank.netfloor import verdict
+    from hpctrain.rank.before.netfloor import verdict
     nodes = ["node1", "node2", "node3", "node4"]
     fast = {(0, 1): 90.0, (1, 2): 95.0, (2, 3): 92.0, (3, 0): 91.0}
     assert verdict(nodes, 80.0, fast, 50) == (True, [], "all-reduce bus bandwidth 80 Gbit/s "
@@ -270,7 +272,7 @@ def test_network_floor_is_in_the_plan_of_multinode_jobs_that_set_it(tmp_path):
 
 def test_network_floor_settings_from_a_run_directory_are_bounded(tmp_path, monkeypatch):
     """bootstrap.json is a run directory's: a timeout or floor out of range is not taken."""
-    from hpctrain.rank import netfloor
+    from hpctrain.rank.before import netfloor
     seen = {}
 
     def fake_run(cmd, **kw):

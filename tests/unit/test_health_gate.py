@@ -12,7 +12,8 @@ import types
 
 from hpctrain.job.load import load_job
 from hpctrain.job.plan import make_plan
-from hpctrain.rank import ending, health, preflight
+from hpctrain.rank.end import ending
+from hpctrain.rank.before import health, preflight
 from tests.conftest import ROOT
 
 

@@ -1,4 +1,4 @@
-"""Hostile webhooks, URLs and run directories for notifications (rank/notify.py, the CLI's
+"""Hostile webhooks, URLs and run directories for notifications (rank/end/notify.py, the CLI's
 `submit --wait --notify` check): no part of the URL is ever printed or written, every answer is a
 recorded outcome within the timeout, and status/notify.jsonl is written and read only as a
 regular file of the run's own. The servers are real sockets on 127.0.0.1, in threads."""
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from hpctrain.rank import notify
+from hpctrain.rank.end import notify
 
 USER, PASSWORD, TOKEN, QUERY = "hpcuser", "pa55w0rdXyz", "t0kenAbc123", "k3yQwe789"
 SECRETS = (USER, PASSWORD, TOKEN, QUERY)

@@ -314,7 +314,7 @@ READ_PATHS = ["status/pid", "status/stopped.json", "job.yaml", "bootstrap.json",
 def test_a_fifo_at_any_path_read_never_hangs(rel, tmp_path, home):
     from hpctrain.backends.local import LocalBackend, _stopped, processes_of
     from hpctrain.follow.report import read_usage
-    from hpctrain.rank import sampler
+    from hpctrain.rank.during import sampler
     from hpctrain.submission import _max_excluded
     d = _run_dir(tmp_path)
     (d / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -338,7 +338,7 @@ def test_a_fifo_at_any_path_read_never_hangs(rel, tmp_path, home):
 
 
 def _idle_check(d: Path) -> None:
-    from hpctrain.rank import sampler
+    from hpctrain.rank.during import sampler
     s = sampler.Sampler.__new__(sampler.Sampler)
     s.run_dir, s.status, s.node, s.nnodes = str(d), str(d / "status"), "n", 2
     s.idle, s.stopped, s.first_step, s.idle_since = {"below": 5, "for": 1}, False, True, 0.0
@@ -375,7 +375,7 @@ def test_nvidia_smi_l_that_prints_without_end_is_an_answer(tmp_path):
 
 
 def test_the_health_gate_and_probe_stop_an_endless_nvidia_smi(tmp_path, monkeypatch):
-    from hpctrain.rank import health, probe
+    from hpctrain.rank.before import health, probe
     tool = _endless(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + os.environ["PATH"])
     tried("tools", 2)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from hpctrain.backends.base import JobState, State
 from hpctrain.backends.slurm import backend as slurm_backend
-from hpctrain.rank import sampler as smp
+from hpctrain.rank.during import sampler as smp
 
 
 def _sampler(tmp_path: Path, monkeypatch, env: dict, gpus: int = 2) -> smp.Sampler:

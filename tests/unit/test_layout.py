@@ -146,13 +146,14 @@ def test_rank_side_is_stdlib_only_and_self_contained():
     the standard library and its own modules (relatively); torch and jax only inside the
     functions that run where the library already is (a hook, a collective)."""
     stdlib = set(sys.stdlib_module_names)
-    for path in (PACKAGE / "rank").glob("*.py"):
+    for path in (PACKAGE / "rank").rglob("*.py"):
+        depth = len(path.relative_to(PACKAGE / "rank").parts)  # 2 in a group's folder
         tree = ast.parse(path.read_text())
         inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                   for n in ast.walk(f)}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level:
-                assert node.level == 1, f"{path.name} reaches out of rank/: {ast.unparse(node)}"
+                assert node.level <= depth, f"{path.name} reaches out of rank/: {ast.unparse(node)}"
                 continue
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module] if isinstance(node, ast.ImportFrom) else []
@@ -210,3 +211,39 @@ def test_which_runs_a_job_can_wait_for_is_the_backends_answer():
         cls = backend_class(name)
         assert {o for o in BACKENDS if cls.waits_for(o)} == ({name} if cls.dependencies else set())
     assert backend_class("slurm").waits_for("slurm") and not backend_class("slurm").waits_for("ssh")
+
+
+# The rank side's folders, by when their code runs; what every group may use stays at rank/.
+RANK_GROUPS = {  # group -> the groups its modules may import (besides rank/'s own modules)
+    "before": {"before", "during", "end"},  # the bootstrap installs the hooks and the stop path
+    "during": {"during", "end"},  # a hook saves and stops through the end's modules
+    "end": {"end"},  # the end reads records, never re-runs a check
+}
+RANK_SHARED = {"__init__", "__main__", "records", "tools", "printable", "phases", "progress", "ddp"}
+
+
+def test_rank_side_is_grouped_by_when_it_runs():
+    """rank/ is before/ (bootstrap, preflight, checks), during/ (hooks, progress, watch, sampler,
+    culprit) and end/ (stop, ending, recovery, notify): a module imports only its own group, the
+    groups that run after it, and the shared records, tools and API at rank/ itself, which import
+    no group (but __main__, the dispatcher)."""
+    rank = PACKAGE / "rank"
+    for path in rank.rglob("*.py"):
+        parts = path.relative_to(rank).parts
+        if len(parts) == 1:
+            assert path.stem in RANK_SHARED, f"rank/{path.name}: put it in one of {sorted(RANK_GROUPS)}"
+            allowed = set(RANK_GROUPS) if path.stem == "__main__" else set()
+        else:
+            assert len(parts) == 2 and parts[0] in RANK_GROUPS, f"rank/{'/'.join(parts)}"
+            allowed = RANK_GROUPS[parts[0]]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                up = node.level - (len(parts) - 1)  # 1: from rank/ itself
+                target = (node.module or "").split(".")[0] if up == 1 else parts[0]
+                if up == 1 and not node.module:  # from . import x (at rank/) / from .. import x
+                    targets = [a.name for a in node.names]
+                else:
+                    targets = [target]
+                for t in targets:
+                    assert t not in RANK_GROUPS or t in allowed, \
+                        f"rank/{'/'.join(parts)} imports {t}/: {ast.unparse(node)}"

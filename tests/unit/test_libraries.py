@@ -191,7 +191,7 @@ def test_di_engine_launch(home, tmp_path, monkeypatch):
                     "resources": {"procs_per_node": 2}})
     assert any("multi_gpu=True" in w for w in job.warnings)
     argv = launch_argv(render(job))
-    # torchrun's agent through the rank side (rank/ending.py: a signal ends it without a
+    # torchrun's agent through the rank side (rank/end/ending.py: a signal ends it without a
     # traceback), with DI-engine's own process count.
     assert argv[1:3] == ["$RUN_DIR/rank", "agent"] and "--nproc-per-node=2" in argv
     boot = make_plan(job, "/r").bootstrap

@@ -1,4 +1,4 @@
-"""Notifications (rank/notify.py, follow/notify.py): real HTTP posts to a server on 127.0.0.1
+"""Notifications (rank/end/notify.py, follow/notify.py): real HTTP posts to a server on 127.0.0.1
 in a thread; the URL is never recorded."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hpctrain.backends import JobState, State
 from hpctrain.follow.notify import Notifier
 from hpctrain.follow.status import RunStatus
-from hpctrain.rank import notify
+from hpctrain.rank.end import notify
 
 
 @pytest.fixture

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.rank import bootstrap, cpu_shims, hooks
+from hpctrain.rank.before import bootstrap, cpu_shims
+
+from hpctrain.rank.during import hooks
 from hpctrain.rank.records import RankConfig, RankIdentity, read_rank_failures
 
 
@@ -163,7 +165,7 @@ def run_copy(tmp_path, config: dict, env_extra=None) -> subprocess.CompletedProc
     """The run directory's copy of the rank side, run by path as the job script runs it."""
     run_dir = tmp_path / "run"
     if not (run_dir / "rank").exists():
-        shutil.copytree(Path(bootstrap.__file__).parent, run_dir / "rank",
+        shutil.copytree(Path(bootstrap.__file__).parents[1], run_dir / "rank",
                         ignore=shutil.ignore_patterns("__pycache__"))
     (run_dir / "bootstrap.json").write_text(json.dumps(config))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "RANK", "WORLD"))}

@@ -69,7 +69,7 @@ MATRIX = {
         "resources": {"nodes": 2, "gpus_per_node": 4},
         "launcher": {"preflight": True, "preflight_timeout": 30},
         "preemption": {"signal": "USR1", "lead_time": 300, "grace": 200}}),
-    # Hang detection (rank/watch.py) on both schedulers, and the live tree instead of a snapshot.
+    # Hang detection (rank/during/watch.py) on both schedulers, and the live tree instead of a snapshot.
     "cluster-2x2-hang-restart": ("localcluster", {"resources": {"nodes": 2, "procs_per_node": 2},
                                                   "launcher": {"hang_timeout": 300, "max_restarts": 1}}),
     "local-1x2-hang": ("local", {"resources": {"procs_per_node": 2}, "launcher": {"hang_timeout": 120}}),
@@ -77,7 +77,7 @@ MATRIX = {
     "cluster-2x1-idle-gpus": ("localcluster", {"resources": {"nodes": 2},
                                                "idle_gpus": {"below": 5, "for": "20m"}}),
     "cluster-1x1-no-snapshot": ("localcluster", {"resources": {"nodes": 1}, "snapshot": False}),
-    # Issue 30: the job itself sends its events (rank/notify.py): the URL's variable by name only.
+    # Issue 30: the job itself sends its events (rank/end/notify.py): the URL's variable by name only.
     "cluster-2x1-notify-hang": ("localcluster", {
         "resources": {"nodes": 2}, "launcher": {"hang_timeout": 300},
         "notify": {"url_from": "HOOK_URL", "format": "ntfy"}}),

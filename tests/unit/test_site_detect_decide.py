@@ -8,7 +8,7 @@ import pytest
 
 from hpctrain.backends.slurm.detect import decide, scontrol_config, sinfo_partitions, slurm_time
 from hpctrain.job.checks import check_site
-from hpctrain.rank import probe
+from hpctrain.rank.before import probe
 from hpctrain.schema.spec import convert_site
 from hpctrain.schema.yamlfile import load_file
 

@@ -1,4 +1,4 @@
-"""Slow ranks named from their progress rates (issue 29, rank/slow.py): judged against the
+"""Slow ranks named from their progress rates (issue 29, rank/during/slow.py): judged against the
 median once a rank's own window is long enough, named with the node in status/slow.json and
 `status`, and with health.exclude_slow_nodes left out at the next requeue."""
 from __future__ import annotations
@@ -11,7 +11,8 @@ from hpctrain.follow.display import format_status
 from hpctrain.follow.status import RunStatus
 from hpctrain.job.load import load_job
 from hpctrain.job.plan import make_plan
-from hpctrain.rank import recovery, slow
+from hpctrain.rank.end import recovery
+from hpctrain.rank.during import slow
 from hpctrain.rank.records import (JobFailure, Progress, RankIdentity, read_excluded,
                                    write_identity, write_job_failure, write_progress)
 

@@ -13,7 +13,8 @@ from hpctrain.follow.startup import replacements
 from hpctrain.job.checks import spare_cost
 from hpctrain.job.load import load_job
 from hpctrain.job.plan import directive_table
-from hpctrain.rank import recovery, spares
+from hpctrain.rank.end import recovery
+from hpctrain.rank.before import spares
 
 BASE = {"name": "spares", "library": "command", "script": "train.py", "python": "python",
         "resources": {"nodes": 2, "spare_nodes": 1, "gpus_per_node": 2, "time": "02:00:00"}}

@@ -116,7 +116,7 @@ def test_the_network_floor_is_part_of_the_node_check(tmp_path, monkeypatch):
     the floor's time counts in the health phase, not in the rendezvous after it."""
     import time
 
-    from hpctrain.rank import netfloor, preflight
+    from hpctrain.rank.before import netfloor, preflight
     (tmp_path / "bootstrap.json").write_text(json.dumps({"netfloor": {"min_gbps": 1.0}}))
     monkeypatch.setenv("HPCTRAIN_RUN_DIR", str(tmp_path))
     monkeypatch.setattr(netfloor, "run", lambda settings: time.sleep(0.2) or 0)

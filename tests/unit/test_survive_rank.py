@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.rank import recovery, stop, train_hooks, watch
+from hpctrain.rank.end import recovery, stop
+
+from hpctrain.rank.during import train_hooks, watch
 from hpctrain.rank.records import (ExcludedNode, JobFailure, Progress, RankFailure, RankIdentity,
                                    archive_job_failure, read_excluded, read_job_failure,
                                    read_job_failures, write_excluded, write_identity,

@@ -38,7 +38,7 @@ def _state(rec) -> JobState:  # rec: slurm_records.Record
 
 
 def _stopped_for_idle(run: Run, st: JobState) -> JobState:
-    """A run the idle-GPU stop ended (rank/sampler.py; the batch shell exits 143, so Slurm says
+    """A run the idle-GPU stop ended (rank/during/sampler.py; the batch shell exits 143, so Slurm says
     FAILED) is STOPPED, with what it saved: status/stopped.json, reason idle_gpus."""
     if st.state != State.FAILED or st.exit_code != 143:
         return st

@@ -2,7 +2,7 @@
 
 Evidence, gathered on a login node: `scontrol show config` (select plugin, GRES types,
 preemption, MaxArraySize, KillWait), `sinfo` (the partition's time limit, nodes, CPUs, memory,
-GRES), and one short job on two nodes running rank/probe.py: each node's interfaces, InfiniBand
+GRES), and one short job on two nodes running rank/before/probe.py: each node's interfaces, InfiniBand
 devices, what the first node's name resolves to on each node, the interpreter, nvidia-smi,
 `module` — then whether the second node reaches the first on a port of the rendezvous range, by
 its name, name+suffix, and each of its addresses.
@@ -101,7 +101,7 @@ def probe_script(python: list[str], rank_dir: Path, out: Path) -> str:
     rank = shlex.quote(str(rank_dir))
     o = shlex.quote(str(out))
     return f"""#!/bin/bash
-# hpctrain site detect: what two nodes say about themselves and each other (rank/probe.py).
+# hpctrain site detect: what two nodes say about themselves and each other (rank/before/probe.py).
 set -u
 FIRST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 HPCTRAIN_PROBE_MODULE=$(type -t module || true)
@@ -160,7 +160,7 @@ def run_probe(python: list[str], partition: str | None, nodelist: str | None, wh
 
 
 def _jsonl(path: Path) -> list[dict]:
-    from ...rank.probe import read_records
+    from ...rank.before.probe import read_records
     try:
         return read_records(path.read_text())
     except OSError:

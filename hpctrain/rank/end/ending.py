@@ -3,7 +3,7 @@ stop, and the ranks nothing else would end.
 
 On Slurm the scheduler owns every process of a job and says why it ended. On this machine (the
 local site) nothing does: the batch shell traps TERM, INT and HUP, forwards SIGTERM to torchrun
-(which passes it on to the ranks: they save at the next iteration boundary, rank/stop.py), and
+(which passes it on to the ranks: they save at the next iteration boundary, rank/end/stop.py), and
 then says itself what happened (`stopped` below, status/stopped.json); whatever rank is left
 when the launch is over is ended (`end_ranks`), so that no process of the run outlives it.
 
@@ -30,7 +30,7 @@ import signal
 import sys
 import time
 
-from .records import (RankConfig, RecordError, read_identities, read_json, read_rank_failures,
+from ..records import (RankConfig, RecordError, read_identities, read_json, read_rank_failures,
                       write_json)
 
 
@@ -164,7 +164,7 @@ def stopped(run_dir: str, sig: str, status: int, started: float = 0.0) -> int:
     return 0
 
 
-FAILED_NOTES = "preflight-failed-*.txt"  # rank/preflight.py's notes (FAILED_PREFIX) of a failed check
+FAILED_NOTES = "preflight-failed-*.txt"  # rank/before/preflight.py's notes (FAILED_PREFIX) of a failed check
 
 
 def node_failed(run_dir: str) -> bool:

@@ -126,7 +126,8 @@ def run(settings: dict) -> int | None:
     (`rank netfloor`: preflight.network_floor), NCCL held to its ring algorithm there alone.
     Its exit status; None when it did not end in time."""
     env = dict(os.environ, NCCL_ALGO="Ring")
-    here = os.path.dirname(os.path.abspath(__file__))
+    from ..records import RANK_FOLDER
+    here = RANK_FOLDER
     # bootstrap.json lies in the run directory: numbers out of range are not taken from it.
     timeout = settings.get("timeout")
     timeout = float(timeout) if isinstance(timeout, (int, float)) and 1 <= timeout <= 3600 else 60.0
@@ -142,7 +143,7 @@ def run(settings: dict) -> int | None:
 
 def read(run_dir: str) -> dict | None:
     """status/netfloor.json (a run directory's: untrusted), or None."""
-    from .records import read_json
+    from ..records import read_json
     try:
         data = read_json(os.path.join(run_dir, "status", RESULT))
     except (OSError, ValueError):

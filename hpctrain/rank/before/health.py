@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 
-from . import tools
+from .. import tools
 
 # Only what the gate checks (each field's real H100 value is in
 # tests/fixtures/nvidia-smi/nvidia-smi-h100.txt): a field a driver renames must not fail a node.
@@ -61,7 +61,7 @@ MAX_DCGM_PROBLEMS = 64
 
 def settings(run_dir: str) -> dict | None:
     """bootstrap.json's "health" ({expected_gpus, checks...}), or None: no gate."""
-    from .records import bootstrap_section
+    from ..records import bootstrap_section
     health = bootstrap_section(run_dir, "health")
     if health is None or not isinstance(health.get("expected_gpus"), int):
         return None
@@ -248,7 +248,8 @@ def cuda_probe(rows: list[dict]) -> tuple[list[dict], list[str]]:
     visible = env.get("CUDA_VISIBLE_DEVICES", "")
     if "MIG-" not in visible:  # a MIG slice is named by its own UUID: keep the job's list
         env["CUDA_VISIBLE_DEVICES"] = ",".join(r["uuid"] for r in rows)
-    here = os.path.dirname(os.path.abspath(__file__))
+    from ..records import RANK_FOLDER
+    here = RANK_FOLDER
     status, out = _query_tool([here, "cuda-probe", str(len(rows))], PROBE_TIMEOUT,
                               tool=sys.executable, env=env)
     return probe_verdict(rows, status, out)
@@ -363,35 +364,12 @@ def record_path(run_dir: str, node: str) -> str:
 
 
 def record(run_dir: str, verdict: dict) -> None:
-    from .records import write_json
+    from ..records import write_json
     path = record_path(run_dir, verdict["node"])
     try:
         write_json(path, verdict, root=run_dir)
     except OSError:
         pass
-
-
-MAX_NODES = 4096  # node records read back
-
-
-def failed_nodes(run_dir: str) -> list[dict]:
-    """The verdicts of this attempt's nodes that failed (status/health/*.json), by node."""
-    from .records import read_json
-    directory = os.path.join(run_dir, "status", "health")
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))[:MAX_NODES]
-    except OSError:
-        return []
-    out = []
-    for name in names:
-        try:
-            data = read_json(os.path.join(directory, name))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and data.get("ok") is False and isinstance(
-                data.get("node"), str) and isinstance(data.get("problems"), list):
-            out.append(data)
-    return out
 
 
 def odd_drivers(drivers: dict[str, str]) -> tuple[list[str], str] | None:

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from . import tools
+from .. import tools
 
 _SIOCGIFFLAGS, _SIOCGIFADDR, _SIOCGIFNETMASK = 0x8913, 0x8915, 0x891B
 _IFF_UP, _IFF_LOOPBACK = 0x1, 0x8

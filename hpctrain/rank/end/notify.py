@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from .records import read_bytes
+from ..records import read_bytes
 
 EVENTS = ("start", "preempted", "requeued", "hang", "node_excluded", "node_replaced",
           "completed", "failed", "stopped")

@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .records import (JobFailure, RankIdentity, now, read_identities, read_progress,
+from ..records import (JobFailure, RankIdentity, now, read_identities, read_progress,
                       write_job_failure)
 
 HANG_STATUS = 3

@@ -7,7 +7,7 @@ The batch shell asks, before each attempt:
 
     RUN_DIR/rank spares pick RUN_DIR NNODES ALLOCATION     -> "NODE,NODE,..." (the first: the head)
 
-and after a failure that rank/recovery.py decided blames nodes (they are in status/excluded.json
+and after a failure that rank/end/recovery.py decided blames nodes (they are in status/excluded.json
 by then):
 
     RUN_DIR/rank spares replace RUN_DIR NNODES ALLOCATION ROUND MAX_ROUNDS WHY
@@ -26,7 +26,7 @@ import os
 import re
 import time
 
-from .records import open_append, read_excluded, read_json, read_lines, write_json
+from ..records import open_append, read_excluded, read_json, read_lines, write_json
 
 NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_NODES = 100_064  # resources.nodes + spare_nodes at most

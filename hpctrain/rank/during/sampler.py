@@ -81,7 +81,7 @@ def _nnodes(torchrun_args: list[str]) -> int:
 
 def _settings(run_dir: str) -> tuple[float, dict | None]:
     """(sample interval in seconds, idle_gpus {below, for} or None) from bootstrap.json."""
-    from .records import read_json
+    from ..records import read_json
     data = read_json(os.path.join(run_dir, "bootstrap.json"))  # a regular file, bounded
     data = data if isinstance(data, dict) else {}
     every = data.get("sample_every", 5)
@@ -139,7 +139,8 @@ def start(torchrun_args: list[str] | None = None, nnodes: int | None = None) -> 
         every, _ = _settings(run_dir)
         if every <= 0:
             return None
-        here = os.path.dirname(os.path.abspath(__file__))
+        from ..records import RANK_FOLDER
+        here = RANK_FOLDER
         proc = subprocess.Popen(
             [sys.executable, here, "sample", run_dir, str(os.getpid()),
              str(nnodes if nnodes is not None else _nnodes(torchrun_args or []))],
@@ -211,7 +212,7 @@ class Sampler:
         self.every = max(self.every, 0.2)
         self.job_id = os.environ.get("HPCTRAIN_JOB_ID") or os.environ.get("SLURM_JOB_ID") or ""
         self.attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-        from .records import open_append
+        from ..records import open_append
         self.out = open_append(os.path.join(run_dir, "usage", _file_node(self.node) + ".jsonl"),
                                run_dir, "a", buffering=1)  # never through a planted link
         self.lines = 0
@@ -259,7 +260,7 @@ class Sampler:
         job = os.environ.get("SLURM_JOB_ID")
         if not job or os.environ.get("SLURM_NODEID", "0") != "0" or not job.isdigit():
             return
-        from . import tools
+        from .. import tools
         try:  # bounded: read as it comes, stopped past the cap
             out = tools.run(["scontrol", "show", "job", "-o", job], timeout=20, limit=1 << 20)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -276,7 +277,7 @@ class Sampler:
         gpus = int(found.group(1)) if found else 0
         cpus = fields.get("NumCPUs", "")
         nodes = fields.get("NumNodes", "").split("-")[0]
-        from .records import write_json
+        from ..records import write_json
         write_json(os.path.join(self.status, f"allocation-{job}-{self.attempt}.json"), {
             "source": "scontrol", "job_id": job, "attempt": self.attempt, "tres": tres[:1000],
             "gpus": gpus, "cpus": int(cpus) if cpus.isdigit() else None,
@@ -314,7 +315,7 @@ class Sampler:
             return
         below, window = float(self.idle["below"]), float(self.idle["for"])
         idle = all(u is not None and u < below for u in utils)
-        from .records import read_bytes, write_json
+        from ..records import read_bytes, write_json
         if idle and self.idle_since is None:
             self.idle_since = now
             write_json(self.idle_path(self.node), {"node": self.node, "idle": True, "since": now,
@@ -353,7 +354,7 @@ class Sampler:
 
     def signal_ranks(self) -> None:
         """SIGTERM to this node's ranks of the run: "save now", as a preemption says it."""
-        from .records import read_identities
+        from ..records import read_identities
         for ident in read_identities(self.run_dir):
             if not ident.pid or ident.node != self.node:
                 continue
@@ -441,7 +442,7 @@ class Sampler:
 
     def ranks(self) -> None:
         """A node without GPUs: each of its ranks' CPU use and RSS, from /proc."""
-        from .records import read_identities
+        from ..records import read_identities
         mine: dict[int, int] = {}
         expected = 0
         listed = 0.0
@@ -541,8 +542,8 @@ def idle_stopped(run_dir: str, status: int, started: float = 0.0) -> int:
     record (status/stopped.json, as any stop: where, what was saved) said as a stop for idle GPUs,
     and status/failure.json (reason idle_gpus) so that every backend's status names it. Exit 1
     when a rank failed with an error of its own: then the run failed, and the shell says so."""
-    from .ending import stopped
-    from .records import JobFailure, now, read_json, write_job_failure, write_json
+    from ..end.ending import stopped
+    from ..records import JobFailure, now, read_json, write_job_failure, write_json
     try:
         idle = read_json(os.path.join(run_dir, "status", "idle-stop.json"))
     except Exception:  # noqa: BLE001

@@ -31,7 +31,7 @@ import signal
 import sys
 import time
 
-from .records import StopRequest, write_stop_request
+from ..records import StopRequest, write_stop_request
 
 
 class StopTraining(BaseException):
@@ -113,7 +113,7 @@ def stopped_at(step: int, path: str | None) -> None:
     status_dir = _state["status_dir"]
     if not status_dir:
         return
-    from .records import write_json
+    from ..records import write_json
     try:
         write_json(os.path.join(status_dir, f"stopped-at-{_state['rank']}.json"),
                    {"rank": _state["rank"], "step": int(step), "signal": _state["signal"],

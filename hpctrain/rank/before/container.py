@@ -52,7 +52,7 @@ def kill_wait() -> int:
     """Slurm's KillWait (how long after SIGTERM it SIGKILLs the step), asked before any signal."""
     if not os.environ.get("SLURM_JOB_ID"):
         return 12
-    from . import tools
+    from .. import tools
     try:  # bounded: read as it comes, stopped past the cap
         out = tools.run(["scontrol", "show", "config"], timeout=20,
                         limit=4 << 20).stdout.decode("utf-8", "replace")

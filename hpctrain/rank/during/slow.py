@@ -19,8 +19,8 @@ import os
 import statistics
 from types import SimpleNamespace
 
-from .printable import printable
-from .records import ExcludedNode, bootstrap_section, now, read_excluded, read_identities, \
+from ..printable import printable
+from ..records import ExcludedNode, bootstrap_section, now, read_excluded, read_identities, \
     read_progress, write_excluded, write_json
 
 

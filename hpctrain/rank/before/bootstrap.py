@@ -28,10 +28,10 @@ import socket
 import sys
 import traceback
 
-from . import stop
-from .checkpoints import find_checkpoint
-from .hooks import after_import
-from .records import (JobFailure, RankConfig, RankFailure, RankIdentity, clear_rank_failure,
+from ..end import stop
+from ..end.checkpoints import find_checkpoint
+from ..during.hooks import after_import
+from ..records import (JobFailure, RankConfig, RankFailure, RankIdentity, clear_rank_failure,
                       clear_stop_request,
                       first_failure, now, open_append, read_job_failure, read_rank_failures,
                       write_identity,
@@ -269,7 +269,7 @@ def prepare_device(config: RankConfig, me: RankIdentity) -> None:
 def arm_train_hooks(config: RankConfig, me: RankIdentity) -> None:
     if not config.train_hooks:
         return
-    from . import train_hooks
+    from ..during import train_hooks
     train_hooks.install(config.train_hooks)
     if me.rank == 0:
         print(f"hpctrain: train hooks: {', '.join(config.train_hooks)} (progress; save and stop "
@@ -355,7 +355,7 @@ def record_identity(status_dir: str, me: RankIdentity) -> None:
     except OSError:
         pass
     if me.rank == 0:  # the rendezvous is over (rank/phases.py)
-        from . import phases
+        from .. import phases
         phases.mark("rank-0.json", {"rank_start": me.started})
 
 
@@ -367,14 +367,14 @@ def summarize(run_dir: str, reason: str, status: int, message: str = "") -> int:
     preempted job is not requeued. REASON: ranks | preflight | hang | preempted | cancelled.
     The nodes the failure blames (recovery.blamed_nodes) are recorded with it.
     """
-    from .recovery import blamed_nodes
+    from ..end.recovery import blamed_nodes
     ranks = read_rank_failures(run_dir, tasks=False)
     nodes: list[str] = []
     previous = read_job_failure(run_dir)
     if reason == "hang" and previous is not None and previous.reason == "hang":
         # The watcher's record names the stuck ranks: keep it, with the launch's exit status,
         # and the culprit their stacks (dumped as they were ended) single out.
-        from .culprit import refine
+        from ..during.culprit import refine
         previous = refine(run_dir, previous)
         message = message or previous.message
         nodes, ranks_out = list(previous.nodes), list(previous.ranks)
@@ -419,18 +419,18 @@ def main(config_path: str) -> int:
     if config.launcher == "tasks" and "RANK" not in os.environ and me.local_rank == 0:
         # No per-node launch process to start the node's sampler: its first task does, as a
         # child that ends with it (torchrun's launch starts its own: rank/__main__.py).
-        from . import sampler
+        from ..during import sampler
         sampler.start(nnodes=sampler.tasks_nnodes())
     stop.install(config.preempt_signal, status_dir, me.rank)
     # The hang watcher sends SIGQUIT before it ends a stuck rank: the log then shows where
     # every thread of it was (the faulthandler writes without the GIL, from a blocked process).
     faulthandler.register(signal.SIGQUIT, all_threads=True, chain=False)
-    # ... and asks for its flight recorder's dump first, when it is on (rank/flight.py).
-    from . import flight
+    # ... and asks for its flight recorder's dump first, when it is on (rank/during/flight.py).
+    from ..during import flight
     flight.start(run_dir, me.rank)
     # `import hpctrain_progress` works in any program under the bootstrap, whatever interpreter
     # runs it and whether hpctrain is installed there (rank/progress.py).
-    from . import progress
+    from .. import progress
     sys.modules.setdefault("hpctrain_progress", progress)
     error = ""
     try:

@@ -35,7 +35,7 @@ import functools
 import os
 import sys
 
-from .hooks import after_import, follow_reexports
+from ..during.hooks import after_import, follow_reexports
 
 __all__ = ["SHIMS", "APPLIED", "install"]
 

@@ -24,7 +24,7 @@ import os
 import re
 from collections import Counter
 
-from .records import JobFailure
+from ..records import JobFailure
 
 TAIL = 1 << 20  # bytes of a rank's log read back
 # A thread's heading in a faulthandler dump (the bootstrap's, on SIGQUIT).
@@ -167,7 +167,7 @@ def lagging(dumps: dict[int, dict]) -> tuple[list[int], str, list[int]] | None:
 def read_dumps(run_dir: str, failure: JobFailure) -> dict[int, dict]:
     """The hang's flight-recorder dumps (the request's id is in the watcher's record)."""
     from .flight import read_dump
-    from .records import read_identities
+    from ..records import read_identities
     token = next((r.get("flight_recorder") for r in failure.ranks
                   if isinstance(r, dict) and isinstance(r.get("flight_recorder"), str)), None)
     if token is None:
@@ -183,7 +183,7 @@ def read_dumps(run_dir: str, failure: JobFailure) -> dict[int, dict]:
 def refine(run_dir: str, failure: JobFailure) -> JobFailure:
     """The watcher's hang record with its culprit named and blamed, when the flight recorder
     or the stacks tell."""
-    from .records import read_identities
+    from ..records import read_identities
     ranks = [r for r in failure.ranks if isinstance(r, dict) and isinstance(r.get("rank"), int)]
     node = {i.rank: str(i.node or "?") for i in read_identities(run_dir)}
     node.update({r["rank"]: str(r.get("node") or "?") for r in ranks})

@@ -1,6 +1,6 @@
 """After a failure: which nodes it blames, whether a requeue can help, which nodes to leave out.
 
-A job that failed because of a node — it failed its health gate (rank/health.py: a GPU missing,
+A job that failed because of a node — it failed its health gate (rank/before/health.py: a GPU missing,
 an ECC error, a pending row remap, another process's memory, an odd driver), the preflight could
 not reach the head from it, a hang whose stuck ranks sit on it (and not on every node), or a rank
 that died of an error of the node rather than of the program (a GPU's ECC error, a lost device) —
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-from .records import (ExcludedNode, JobFailure, RankFailure, first_failure, now,
+from ..records import (ExcludedNode, JobFailure, RankFailure, first_failure, now,
                       read_excluded, read_job_failure, read_json, write_excluded)
 
 # Errors that come from the node, not from the program: the GPU or its driver, or the node's
@@ -45,7 +45,7 @@ _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 def down_nodes(run_dir: str) -> list[str]:
     """The nodes of the last attempt that Slurm reported down, drained or not responding when
     its launch failed (written with resources.spare_nodes: templates/slurm/requeue.sh.j2)."""
-    from .records import read_lines
+    from ..records import read_lines
     try:
         lines = read_lines(os.path.join(run_dir, "status", DOWN_FILE), limit=1 << 16)
     except (OSError, ValueError):
@@ -59,7 +59,7 @@ def blamed_nodes(run_dir: str, reason: str, ranks: list[RankFailure]) -> list[st
     if reason == "preflight":
         # The nodes that failed their health gate (each says so itself), then those the head
         # blames (unreachable, or an odd driver).
-        from .health import failed_nodes
+        from ..records import failed_nodes
         out = [v["node"] for v in failed_nodes(run_dir)]
         try:
             data = read_json(os.path.join(run_dir, "status", "preflight.json"))

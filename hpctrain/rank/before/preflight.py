@@ -26,8 +26,10 @@ import socket
 import threading
 import time
 
-from . import health, phases
-from .printable import shown
+from . import health
+
+from .. import phases
+from ..printable import shown
 
 _DRIVER = re.compile(r"[^0-9A-Za-z.,-]")  # what a node may say of its driver version
 
@@ -120,7 +122,7 @@ def _record(nodes: list[str], message: str) -> None:
     run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
     if not run_dir:
         return
-    from .records import write_json
+    from ..records import write_json
     try:
         write_json(os.path.join(run_dir, "status", "preflight.json"),
                    {"nodes": nodes, "message": message, "time": time.time()}, root=run_dir)
@@ -138,7 +140,7 @@ def _note_failure(me: str, text: str) -> None:
     run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
     if not run_dir:
         return
-    from .records import write_file
+    from ..records import write_file
     path = os.path.join(run_dir, "status", f"{FAILED_PREFIX}{me}.txt")
     try:  # atomic: the batch shell reads it whole or not at all; never through a planted link
         write_file(path, (text + "\n").encode("utf-8"), root=run_dir)
@@ -160,7 +162,7 @@ def _is_head() -> bool:
 
 
 def _health_gate(me: str) -> tuple[dict | None, str]:
-    """This node's health verdict (rank/health.py), recorded in status/health/, and the driver
+    """This node's health verdict (rank/before/health.py), recorded in status/health/, and the driver
     version it tells the head (empty: not compared); None when the job has no gate. The gate's
     nvidia-smi calls are bounded by health.timeout."""
     run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
@@ -240,9 +242,9 @@ def nodes(timeout: float, marks: dict | None = None) -> int:
 
 def _network_floor(marks: dict) -> int:
     """After the node check passed on every node: the network floor where the job sets one
-    (rank/netfloor.py), this node's exit status. It is part of the node check: its seconds go
+    (rank/before/netfloor.py), this node's exit status. It is part of the node check: its seconds go
     to marks (floor_s), and the check ends (checked) after it."""
-    from .records import bootstrap_section
+    from ..records import bootstrap_section
     run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
     settings = bootstrap_section(run_dir, "netfloor") if run_dir else None
     if not settings or not isinstance(settings.get("min_gbps"), (int, float)):
@@ -259,7 +261,7 @@ def _network_floor(marks: dict) -> int:
 
 
 def network_floor(timeout: str, floor: str) -> int:
-    """`rank netfloor TIMEOUT FLOOR` (rank/netfloor.py), one process per node: measure, judge,
+    """`rank netfloor TIMEOUT FLOOR` (rank/before/netfloor.py), one process per node: measure, judge,
     and (the head) record; exit 0 when the floor holds, else 1 (every node says why: the
     floor, or the measurement itself failed)."""
     from .netfloor import RESULT, measure, verdict
@@ -280,7 +282,7 @@ def network_floor(timeout: str, floor: str) -> int:
     if _is_head():
         run_dir = env.get("HPCTRAIN_RUN_DIR")
         if run_dir:
-            from .records import write_json
+            from ..records import write_json
             try:
                 write_json(os.path.join(run_dir, "status", RESULT), {
                     **result, "nodes": nodes, "floor_gbps": float(floor), "passed": ok,
@@ -328,7 +330,7 @@ def agent(torchrun_args: list[str]) -> int:
         marks["checked"] = time.time()
     phases.mark(phases.node_file(os.environ.get("SLURMD_NODENAME") or socket.gethostname()),
                 marks)
-    from .ending import run_agent
+    from ..end.ending import run_agent
     return run_agent(torchrun.main, torchrun_args)
 
 
@@ -356,8 +358,8 @@ def launch(timeout: float, torchrun_args: list[str]) -> int:
     me = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     phases.mark(phases.node_file(me), marks)
     # As `python -m torch.distributed.run ARGS` would (its errors, its exit status), a signal
-    # sent to it taken as an ending (rank/ending.py: one line, 128+N, no traceback).
-    from .ending import run_agent
+    # sent to it taken as an ending (rank/end/ending.py: one line, 128+N, no traceback).
+    from ..end.ending import run_agent
     return run_agent(torchrun.main, torchrun_args)
 
 

@@ -30,7 +30,9 @@ import functools
 import os
 import re
 
-from . import progress, stop
+from .. import progress
+
+from ..end import stop
 from .hooks import after_import, follow_reexports
 
 _MARK = "_hpctrain_train_hook"

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from .records import read_bytes, read_json, write_json
+from ..records import read_bytes, read_json, write_json
 
 POLL = 1.0  # s between a responder's looks for a request
 WAIT = 10.0  # s the watcher waits for every rank's answer
