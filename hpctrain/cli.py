@@ -66,6 +66,9 @@ def cmd_validate(args) -> int:
         ("cpu mode", p.bootstrap["cpu_mode"]),
         ("tasks", f"{len(prep.tasks)}, {prep.parallel} at a time" if prep.tasks else "-"),
     ]
+    if spec.search is not None:
+        from .job.search import shape
+        rows.append(("study", shape(spec).removeprefix("study: ")))
     for dep in prep.job.after:
         rows.append(("after", f"{dep['mode']} run {dep['run_id']} (job {dep['job_id']})"))
     for w in p.warnings:
