@@ -360,7 +360,7 @@ def _max_excluded(run: Run) -> int:
     return value if isinstance(value, int) and value >= 0 else Preemption().max_excluded_nodes
 
 
-def resume(ref: str) -> tuple[Run, list[str], str]:
+def resume(ref: str, n_trials: int | None = None) -> tuple[Run, list[str], str]:
     """`hpctrain submit --resume RUN`: a new allocation for a run that ended (time limit,
     requeue cap, failure), in the same run directory: its job script runs the run's code
     snapshot again and every rank resumes from the newest checkpoint. The nodes the run's
@@ -399,6 +399,12 @@ def resume(ref: str) -> tuple[Run, list[str], str]:
         raise HpctrainError(f"{run.path / 'status'}: the node name {bad[0][:60]!r} the run's "
                             "failure records give is not a node name",
                             fix="restore or remove status/failure.json and status/excluded.json")
+    if rec.kind == "study":
+        from .search.resume import continue_study
+        continue_study(run.path, n_trials)
+    elif n_trials is not None:
+        raise HpctrainError(f"run {run.id} is not a study: --set search.n_trials is for one",
+                            fix=f"hpctrain submit --resume {run.id}")
     archive_job_failure(str(run.path))  # failure.json speaks of the new job from now on
     job_id = chosen.resubmit(run, nodes)
     run.update(jobs=[*rec.jobs, str(rec.job_id)], job_id=job_id, state="SUBMITTED", final=False,

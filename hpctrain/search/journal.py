@@ -68,7 +68,13 @@ def load(run_dir, study_name: str, search, worker: int = 0):
     from .spaces import pruner, sampler
     import msgspec
     o = optuna()
-    seed = None if search.seed is None else search.seed + worker  # workers sample apart
-    return o.load_study(study_name=study_name, storage=storage(run_dir),
+    store = storage(run_dir)
+    seed = search.seed
+    if seed is not None:
+        # Workers, and a worker again after a requeue or --resume, each sample apart: a seed of
+        # their own, from the study's seed, their index and the trials so far.
+        so_far = len(o.load_study(study_name=study_name, storage=store).get_trials(deepcopy=False))
+        seed = search.seed + 1000 * worker + so_far
+    return o.load_study(study_name=study_name, storage=store,
                         sampler=sampler(msgspec.structs.replace(search, seed=seed)),
                         pruner=pruner(search))
