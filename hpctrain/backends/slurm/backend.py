@@ -52,6 +52,17 @@ class SlurmBackend(Backend):
     container_runtimes = ("apptainer", "singularity", "pyxis", "podman", "docker")
     dependencies = True
     first_node = '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+    studies = True
+
+    def allocation_running(self, job_ref: str) -> bool:
+        try:
+            out = commands.run(["scontrol", "-o", "show", "job", job_ref])
+        except commands.SchedulerError:
+            return False
+        return " JobState=RUNNING " in f" {out} "
+
+    def requeue_allocation(self, job_ref: str) -> None:
+        commands.run(["scontrol", "requeue", job_ref])
 
     def every_node(self, command: str) -> str | None:
         return ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
