@@ -71,10 +71,12 @@ def load(run_dir, study_name: str, search, worker: int = 0):
     store = storage(run_dir)
     seed = search.seed
     if seed is not None:
-        # Workers, and a worker again after a requeue or --resume, each sample apart: a seed of
-        # their own, from the study's seed, their index and the trials so far.
-        so_far = len(o.load_study(study_name=study_name, storage=store).get_trials(deepcopy=False))
-        seed = search.seed + 1000 * worker + so_far
+        # Workers, and a worker again after a requeue or --resume, each sample apart and
+        # reproducibly: a seed from the study's, the worker's index and the trials it ran so far
+        # (only it adds those: the same whatever the other workers did meanwhile).
+        trials = o.load_study(study_name=study_name, storage=store).get_trials(deepcopy=False)
+        seed = search.seed + 1000 * worker + sum(t.user_attrs.get("worker") == worker
+                                                 for t in trials)
     return o.load_study(study_name=study_name, storage=store,
                         sampler=sampler(msgspec.structs.replace(search, seed=seed)),
                         pruner=pruner(search))
