@@ -180,3 +180,17 @@ def test_another_trial_fits_the_time_left():
     assert fits([], 1000.0, 999.0) and fits([100.0], None, 0.0)
     assert fits([100.0, 120.0, 110.0], 1000.0, 870.0)  # 130 s left, 121 s needed
     assert not fits([100.0, 120.0, 110.0], 1000.0, 900.0)
+
+
+def test_the_study_scripts_pass_shellcheck(home, tmp_path):
+    import subprocess
+    from tests.shellcheck import SHELLCHECK
+    files = []
+    for name, prep in (("slurm", prepare(load(tmp_path, "env.LR: {low: 1e-4, high: 1e-2}"))),
+                       ("local", prepare(_local(tmp_path)))):
+        path = tmp_path / f"study-{name}.sh"
+        path.write_text(prep.script)
+        files.append(str(path))
+    proc = subprocess.run([SHELLCHECK, "--severity=style", "--shell=bash", *files],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
