@@ -104,6 +104,10 @@ class Backend(abc.ABC):
         already requeued): a worker signalled then requeues it (requeue_allocation)."""
         return False
 
+    def allocation_end(self, job_ref: str) -> float | None:
+        """Inside a job: when its time limit ends it (epoch seconds); None: no limit known."""
+        return None
+
     def requeue_allocation(self, job_ref: str) -> None:
         """Inside a job: queue it again (its next run resumes the study's trial it held)."""
 

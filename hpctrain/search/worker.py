@@ -110,6 +110,7 @@ class Worker:
             if self.backend.preemption else signal.SIGTERM
         self.max_requeues = int(pre.get("max_requeues", 3) or 0)
         self.requeue = bool(pre.get("requeue", True))
+        self.end = allocation_end() or self.backend.allocation_end(self.job)
 
     # --- signals
     def install(self) -> None:
@@ -151,7 +152,7 @@ class Worker:
             if counted(trials) >= n_trials:
                 log(f"the study has its {n_trials} trial(s)")
                 return 0
-            if not fits(self.durations, allocation_end(), time.time()):
+            if not fits(self.durations, self.end, time.time()):
                 log("the time left cannot fit another trial: ending")
                 return 0
             trial = self.study.ask(self.dists)

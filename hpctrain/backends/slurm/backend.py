@@ -61,6 +61,18 @@ class SlurmBackend(Backend):
             return False
         return " JobState=RUNNING " in f" {out} "
 
+    def allocation_end(self, job_ref: str) -> float | None:
+        import datetime
+        import re
+        try:
+            out = commands.run(["scontrol", "-o", "show", "job", job_ref])
+        except commands.SchedulerError:
+            return None
+        found = re.search(r"\bEndTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b", out)
+        if not found:  # Unknown, or no limit
+            return None
+        return datetime.datetime.fromisoformat(found.group(1)).timestamp()  # the local time
+
     def requeue_allocation(self, job_ref: str) -> None:
         commands.run(["scontrol", "requeue", job_ref])
 
