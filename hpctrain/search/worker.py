@@ -60,6 +60,14 @@ def counted(trials) -> int:
     return sum(1 for t in trials if t.user_attrs.get("fail_cause") not in NOT_COUNTED)
 
 
+def surplus(trials, number: int, n_trials: int) -> bool:
+    """Whether trial `number` is beyond the study's n_trials: workers that ask at the same
+    moment for the last trial each get one; the later numbers give theirs back."""
+    ahead = [t for t in trials if t.number < number
+             and t.user_attrs.get("fail_cause") not in NOT_COUNTED]
+    return len(ahead) >= n_trials
+
+
 def failures_in_a_row(trials) -> tuple[int, str]:
     """Finished trials that failed, counted back from the newest finish; and the newest cause."""
     o = optuna()
@@ -156,8 +164,8 @@ class Worker:
                 log("the time left cannot fit another trial: ending")
                 return 0
             trial = self.study.ask(self.dists)
-            if counted(self.study.get_trials(deepcopy=False)) > n_trials:
-                # Another worker asked at the same moment for the last one: give it back.
+            if surplus(self.study.get_trials(deepcopy=False), trial.number, n_trials):
+                # Another worker asked first for the last one: give this one back.
                 trial.set_user_attr("fail_cause", SURPLUS)
                 self.study.tell(trial, state=o.trial.TrialState.FAIL)
                 return 0

@@ -166,12 +166,14 @@ def _trial(number, state, cause=None, minute=0):
 
 
 def test_what_counts_and_failures_in_a_row():
-    from hpctrain.search.worker import SURPLUS, WORKER_GONE, counted, failures_in_a_row
+    from hpctrain.search.worker import SURPLUS, WORKER_GONE, counted, failures_in_a_row, surplus
     S = optuna.trial.TrialState
     trials = [_trial(0, S.FAIL, "boom", 1), _trial(1, S.COMPLETE, minute=2),
               _trial(2, S.FAIL, "x", 3), _trial(3, S.FAIL, WORKER_GONE, 4),
               _trial(4, S.FAIL, "newest", 5), _trial(5, S.RUNNING), _trial(6, S.FAIL, SURPLUS, 6)]
     assert counted(trials) == 5
+    # Two workers asked for the 5th and last counted trial at once: the later one gives it back.
+    assert not surplus(trials[:5], 4, 4) and surplus(trials[:5] + [_trial(7, S.RUNNING)], 7, 4)
     assert failures_in_a_row(trials) == (2, "newest")
 
 
