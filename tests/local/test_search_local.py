@@ -131,3 +131,22 @@ def test_a_real_rl_study_cartpole_ppo_learning_rate_and_entropy(cli, tmp_path):
         assert f"--lr={t.params['lr']}" in (d / "job.yaml").read_text()
     assert len({t.params["lr"] for t in trials}) == 3
     assert study.best_value == max(t.value for t in trials)
+
+
+def test_failures_in_a_row_stop_the_study_with_their_cause(cli, tmp_path):
+    """A setting that breaks every trial (here: every lr diverges) stops the study after
+    search.max_failures failed trials in a row, with the cause, instead of burning n_trials."""
+    job = dict(JOB, args=["--lr=0.001", "--steps=3", "--step-time=0", "--fail-above=0"],
+               search=dict(JOB["search"], n_trials=8, parallel=1, max_failures=2,
+                           params={"lr": {"low": 1e-4, "high": 1e-2, "log": True}}))
+    path = tmp_path / "failing.yaml"
+    path.write_text(yaml.safe_dump(job))
+    proc = cli("submit", path, "--site", "local", "--wait", timeout=180, check=False)
+    _, run_dir = submitted(proc.stdout)
+    study = _study(run_dir)
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL] * 2, trials
+    stopped = study.user_attrs["stopped"]
+    assert stopped.startswith("2 trials failed in a row: "), stopped
+    assert "trials/0001/logs/" in stopped and trials[1].user_attrs["fail_cause"] in stopped
+    assert (run_dir / "status" / "exit_code").read_text().strip() == "1"
