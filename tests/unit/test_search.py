@@ -149,9 +149,18 @@ def test_the_journal_holds_the_study_and_a_torn_line_leaves_it_readable(home, tm
     t = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
     study.tell(t, 1.0)
     with open(journal.journal_path(tmp_path), "a") as f:
-        f.write('{"op_code": 5, "worker_id": "x", "trial_id"')  # a writer killed mid-line
+        # A writer killed mid-line (the trial's end, cut before its newline).
+        f.write('{"op_code": 5, "worker_id": "x", "trial_id": 0, "state": 1, "values": [3.0], '
+                '"datetime_complete": "2026-01-01T00:00:00.000000", "extra"')
+    # A reader reads past the torn last line; a writer cuts it off before it appends, so that
+    # its own line does not run on from it (a bad line before good ones fails every reader).
+    reader = optuna.load_study(study_name="RUN", storage=journal.storage(tmp_path))
+    assert len(reader.get_trials()) == 1
     again = journal.load(tmp_path, "RUN", job.spec.search)
-    assert again.user_attrs["n_trials"] == 6 and len(again.get_trials()) == 1
+    assert journal.journal_path(tmp_path).read_bytes().endswith(b"}\n")
+    again.tell(again.ask({"x": optuna.distributions.FloatDistribution(0, 1)}), 2.0)
+    fresh = optuna.load_study(study_name="RUN", storage=journal.storage(tmp_path))
+    assert fresh.user_attrs["n_trials"] == 6 and [t.value for t in fresh.get_trials()] == [1.0, 2.0]
 
 
 def _trial(number, state, cause=None, minute=0):
