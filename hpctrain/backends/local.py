@@ -264,7 +264,9 @@ def processes_of(run_dir: Path) -> list[int]:
     shell and what it started without a session of its own, when the recorded job shell is
     verifiably the run's): what cancel stops even when no pid was recorded. Never a process
     that merely names the run directory (a `tail -f` of its log, an editor on a file in it)."""
-    dirs = [run_dir, *itertools.islice(run_dir.glob("tasks/*"), MAX_COUNT)]
+    # A sweep's tasks, a study's trials (hpctrain/search/): each a run directory of its own.
+    dirs = [run_dir, *itertools.islice(itertools.chain(run_dir.glob("tasks/*"),
+                                                       run_dir.glob("trials/*")), MAX_COUNT)]
     mine = {f"HPCTRAIN_RUN_DIR={d}".encode() for d in dirs}
     sessions = set()
     for d in dirs:

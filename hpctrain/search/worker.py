@@ -35,6 +35,7 @@ from .trials import read_study_job, trial_dir, write_trial
 
 POLL = 0.5  # seconds between two looks at a running trial's progress
 WORKER_GONE = "worker gone"
+ADOPT = "adopt"  # a RUNNING trial `submit --resume` hands to the new worker of its index
 SURPLUS = "surplus: asked for beyond n_trials"
 NOT_COUNTED = (WORKER_GONE, SURPLUS)  # failures that are no trial's fault
 
@@ -145,9 +146,14 @@ class Worker:
         o = optuna()
         own = self.owned_running()
         if own is not None:
-            log(f"resuming trial {own.number} (it ran here before this allocation was requeued)")
-            status = self.run_trial(o.trial.Trial(self.study, own._trial_id), own.number,
-                                    own.params, int(own.user_attrs.get("attempts", 1)) + 1)
+            log(f"resuming trial {own.number} from its checkpoint (its worker's allocation was "
+                "requeued, or the study resumed)")
+            # Trial(study, id): Optuna has no public way to reopen a RUNNING trial.
+            trial = o.trial.Trial(self.study, own._trial_id)
+            if own.user_attrs.get(ADOPT):
+                trial.set_user_attr(ADOPT, False)
+            status = self.run_trial(trial, own.number, own.params,
+                                    int(own.user_attrs.get("attempts", 1)) + 1)
             if status is not None:
                 return status
         while self.signalled is None:
@@ -177,7 +183,8 @@ class Worker:
     def owned_running(self):
         o = optuna()
         mine = [t for t in self.study.get_trials(deepcopy=False, states=(o.trial.TrialState.RUNNING,))
-                if t.user_attrs.get("worker") == self.index and t.user_attrs.get("job_id") == self.job]
+                if t.user_attrs.get("worker") == self.index
+                and (t.user_attrs.get("job_id") == self.job or t.user_attrs.get(ADOPT))]
         return mine[0] if mine else None
 
     def run_trial(self, trial, number: int, params: dict, attempt: int) -> int | None:
