@@ -203,8 +203,13 @@ class Worker:
             return self.fail(trial, number, f"could not prepare the trial: {exc}")
         log(f"trial {number}: {params}")
         with open(d / "logs" / "job.out", "ab") as out:
+            # Here (the local site) the trial's shell leads a session of its own, as a submitted
+            # job's does: its status/pid then names it to cancel and to `submit --resume`
+            # (backends/local.processes_of), also after this worker is killed. Under a scheduler
+            # it stays in the job's, which the scheduler's signals and process tracking reach.
             self.child = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL)
+                                          stdin=subprocess.DEVNULL,
+                                          start_new_session=self.backend.runs_here)
             pruned_at = self.follow(trial, d)
             status = self.child.wait()
         self.child = None
