@@ -66,6 +66,7 @@ class LocalBackend(Backend):
     script_name = "job.sh"
     max_nodes = 1
     no_spares = "this machine is the only node"
+    studies = True  # each worker a process here
     runs_here = True  # submit checks this machine's GPUs (job/checks.check_local_gpus)
     # The state is a file and a process here: read 5 times a second, the end is seen at once.
     poll = (0.2, 0.2)
@@ -264,7 +265,9 @@ def processes_of(run_dir: Path) -> list[int]:
     shell and what it started without a session of its own, when the recorded job shell is
     verifiably the run's): what cancel stops even when no pid was recorded. Never a process
     that merely names the run directory (a `tail -f` of its log, an editor on a file in it)."""
-    dirs = [run_dir, *itertools.islice(run_dir.glob("tasks/*"), MAX_COUNT)]
+    # A sweep's tasks, a study's trials (hpctrain/search/): each a run directory of its own.
+    dirs = [run_dir, *itertools.islice(itertools.chain(run_dir.glob("tasks/*"),
+                                                       run_dir.glob("trials/*")), MAX_COUNT)]
     mine = {f"HPCTRAIN_RUN_DIR={d}".encode() for d in dirs}
     sessions = set()
     for d in dirs:
