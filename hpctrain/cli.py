@@ -505,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("status", help="a run's state, training progress, nodes, time and failed "
-                       "ranks; no RUN: recent runs")
+                       "ranks; a study's trials and best; no RUN: recent runs")
     p.add_argument("run", nargs="?", help="run id, run directory or Slurm job id (1234, 1234_5)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--ranks", action="store_true", help="each rank's progress: node, step, rate, metrics")
@@ -528,7 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser("plot", help="a PNG of a run's training curves (every attempt, every sweep "
-                       "task) from its TensorBoard event files")
+                       "task) from its TensorBoard event files; a study's: every trial's curve "
+                       "and the best so far")
     p.add_argument("run", help="run id, run directory or Slurm job id")
     p.add_argument("--metric", action="append", default=[], metavar="TAG",
                    help="a metric to draw: its TensorBoard tag, a glob, or part of its name "
@@ -537,7 +538,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("report", help="what a run (or sweep) cost and how well it used its GPUs: "
-                       "GPU-hours allocated and used, utilization per GPU and rank, time lost")
+                       "GPU-hours allocated and used, utilization per GPU and rank, time lost; a "
+                       "study's GPU-hours per trial and what pruning saved")
     p.add_argument("run", help="run id, run directory or Slurm job id")
     p.add_argument("--json", action="store_true", help="the report as one JSON object")
     p.add_argument("--out", help="the PNG of utilization over time (default RUN_DIR/plots/usage.png)")
