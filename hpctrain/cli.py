@@ -37,6 +37,21 @@ def cmd_render(args) -> int:
     return 0
 
 
+def _study_trials(overrides: list[str]) -> tuple[int | None, list[str]]:
+    """`submit --resume STUDY --set search.n_trials=N`: N, and the other overrides."""
+    n, rest = None, []
+    for text in overrides:
+        key, sep, value = text.partition("=")
+        if key.strip() == "search.n_trials" and sep:
+            if not value.strip().isdigit():
+                raise HpctrainError(f"--set {text}: n_trials is a whole number",
+                                    f"--set {text}", "e.g. --set search.n_trials=40")
+            n = int(value)
+        else:
+            rest.append(text)
+    return n, rest
+
+
 def cmd_validate(args) -> int:
     from .job.checks import check_secrets
     from .submission import prepare
@@ -66,6 +81,9 @@ def cmd_validate(args) -> int:
         ("cpu mode", p.bootstrap["cpu_mode"]),
         ("tasks", f"{len(prep.tasks)}, {prep.parallel} at a time" if prep.tasks else "-"),
     ]
+    if spec.search is not None:
+        from .job.search import shape
+        rows.append(("study", shape(spec).removeprefix("study: ")))
     for dep in prep.job.after:
         rows.append(("after", f"{dep['mode']} run {dep['run_id']} (job {dep['job_id']})"))
     for w in p.warnings:
@@ -82,11 +100,12 @@ def cmd_submit(args) -> int:
     from .job.checks import check_secrets
     from .submission import prepare, resume, submit_prepared
     if args.resume is not None:
-        if args.job is not None or args.overrides or args.site or args.dry_run or args.notify:
+        n_trials, overrides = _study_trials(args.overrides or [])
+        if args.job is not None or overrides or args.site or args.dry_run or args.notify:
             raise HpctrainError("--resume RUN starts that run's own job again: no job file, "
-                                "--site, --set, --dry-run or --notify with it",
-                                fix="hpctrain submit --resume RUN")
-        run, nodes, why = resume(args.resume)
+                                "--site, --set (but a study's search.n_trials=N), --dry-run or "
+                                "--notify with it", fix="hpctrain submit --resume RUN")
+        run, nodes, why = resume(args.resume, n_trials)
         rec = run.record
         from .rank.printable import shown  # `why` quotes the run's failure records
         print(shown(f"resumed {rec.name}  run {run.id}  job {rec.job_id}  on {rec.site}"

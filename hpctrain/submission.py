@@ -68,6 +68,8 @@ def prepare(job: Job, run_id: str | None = None, for_function: bool = False) -> 
     code_dir = str(run_dir / CODE_DIR) if settings is not None else None
     if job.tasks:
         prep = _prepare_sweep(job, run_id, run_dir, code_dir, settings, workdir)
+    elif job.spec.search is not None:
+        prep = _prepare_study(job, run_id, run_dir, code_dir, settings, workdir)
     else:
         prep = _prepare_one(job, run_id, run_dir, code_dir, settings, workdir)
     return msgspec.structs.replace(prep, transport=where, mirror=mirror,
@@ -133,6 +135,41 @@ def _prepare_sweep(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
                     script_name=chosen.script_name,
                     submit_command=chosen.submit_command(run_dir / chosen.script_name, subs[0].plan),
                     tasks=subs, parallel=k, snapshot=settings)
+
+
+def _prepare_study(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
+                   settings, workdir: str | None = None) -> Prepared:
+    """A study (search:): one script that starts its workers (hpctrain/search/worker.py); each
+    trial's own script is written by its worker, from study/job.json (search/trials.py)."""
+    import sys
+    from .job.search import StudyPlan, first_values, study_directives
+    from .search.trials import StudyJob, trial_job
+    search = job.spec.search
+    python = [sys.executable]
+    study = StudyJob(run_id=run_id, spec=job.resolved(), site=job.site, site_ref=job.site_ref,
+                     source=job.source, workdir=workdir or job.workdir, code_dir=code_dir,
+                     python=python)
+    first = _prepare_one(trial_job(study, first_values(search), job.spec.preemption.requeue),
+                         run_id, run_dir / "trials" / "0000", code_dir, workdir=workdir)
+    chosen = backend_class(first.backend)()
+    splan = StudyPlan(name=job.spec.name, site=job.site.name, backend=first.backend,
+                      run_dir=str(run_dir), parallel=search.parallel, n_trials=search.n_trials,
+                      directives=study_directives(first.plan, str(run_dir), search.parallel),
+                      nnodes=first.plan.nnodes, nproc_per_node=first.plan.nproc_per_node,
+                      python=python, version=__version__)
+    return Prepared(job=job, plan=first.plan,
+                    script=render_plan(splan, chosen.header(splan.directives), "study.sh.j2"),
+                    run_id=run_id, run_dir=run_dir, backend=first.backend,
+                    script_name=chosen.script_name,
+                    submit_command=chosen.submit_command(run_dir / chosen.script_name, first.plan),
+                    snapshot=settings,
+                    record={"kind": "study", "parallel": search.parallel,
+                            "extra": {"python": list(first.plan.host_python),
+                                      "study": {"n_trials": search.n_trials,
+                                                "parallel": search.parallel,
+                                                "metric": search.metric,
+                                                "direction": search.direction,
+                                                "python": python}}})
 
 
 def snapshot_source(prep: Prepared):
@@ -219,6 +256,13 @@ def _write_job_dir(prep: Prepared, d: Path) -> Path | None:
     if prep.tasks:
         for sub in prep.tasks:
             _write_job_dir(sub, d / sub.run_dir.relative_to(prep.run_dir))
+        return script
+    if prep.job.spec.search is not None:  # each trial's directory is its worker's to write
+        from .search import journal, trials
+        code_dir = str(prep.run_dir / CODE_DIR) if prep.snapshot is not None else None
+        trials.write_study_job(d, prep.job, prep.run_id, code_dir,
+                               prep.record["extra"]["study"]["python"])
+        journal.create(d, prep.run_id, prep.job.spec.search)
         return script
     import shutil
     shutil.copytree(RANK_DIR, d / "rank", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -316,7 +360,7 @@ def _max_excluded(run: Run) -> int:
     return value if isinstance(value, int) and value >= 0 else Preemption().max_excluded_nodes
 
 
-def resume(ref: str) -> tuple[Run, list[str], str]:
+def resume(ref: str, n_trials: int | None = None) -> tuple[Run, list[str], str]:
     """`hpctrain submit --resume RUN`: a new allocation for a run that ended (time limit,
     requeue cap, failure), in the same run directory: its job script runs the run's code
     snapshot again and every rank resumes from the newest checkpoint. The nodes the run's
@@ -355,6 +399,12 @@ def resume(ref: str) -> tuple[Run, list[str], str]:
         raise HpctrainError(f"{run.path / 'status'}: the node name {bad[0][:60]!r} the run's "
                             "failure records give is not a node name",
                             fix="restore or remove status/failure.json and status/excluded.json")
+    if rec.kind == "study":
+        from .search.resume import continue_study
+        continue_study(run.path, n_trials)
+    elif n_trials is not None:
+        raise HpctrainError(f"run {run.id} is not a study: --set search.n_trials is for one",
+                            fix=f"hpctrain submit --resume {run.id}")
     archive_job_failure(str(run.path))  # failure.json speaks of the new job from now on
     job_id = chosen.resubmit(run, nodes)
     run.update(jobs=[*rec.jobs, str(rec.job_id)], job_id=job_id, state="SUBMITTED", final=False,

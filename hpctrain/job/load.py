@@ -116,9 +116,39 @@ def load_job(source: str | os.PathLike | dict | Job | None = None, *, site: str 
             exc = HpctrainError(f"{exc.what} ({site_from})", exc.where, exc.fix)
         raise exc from None
     job = _validated(doc, data, profile, site_doc, site_name, set_args, flags, site_from)
+    if job.spec.search is not None:
+        _check_search(job, site_doc)
     if job.spec.sweep is not None:
         job = _with_tasks(job, site_doc)
     return job
+
+
+def _check_search(job: Job, site_doc: Located) -> None:
+    """A study's spaces, and every bound and choice of them as a whole job (a trial's job is
+    the study's with its values in it), so that no trial can fail to load once it runs."""
+    from .search import apply, check_search
+    where = job.origins
+    if job.site.scheduler not in ("slurm", "local"):
+        raise HpctrainError(f"search: runs on Slurm and local sites, not on site '{job.site.name}' "
+                            f"(scheduler {job.site.scheduler}): a worker must own a whole "
+                            "allocation of the job's shape and start trials in it, which the ssh "
+                            "hosts' launch does not offer", where(("search",)),
+                            "run the study on a Slurm or the local site, or use sweep: here")
+    base = dict(job.raw)
+    for key in ("search", "site", "after"):
+        base.pop(key, None)
+    for point in check_search(job.spec, where):
+        (key, value), = point.items()
+        try:
+            data = apply(base, point)
+            _validated(Located(data, "<python>", {}), dict(data), job.site, site_doc,
+                       job.site_ref, set_args={}, flags={}, site_from=None, checked=point)
+        except ValueError as exc:
+            raise HpctrainError(f"search.params.{key}: {exc}", where(("search", "params", key)),
+                                "search keys name job keys, e.g. env.LR or args.1") from None
+        except HpctrainError as exc:
+            raise HpctrainError(f"search.params.{key} = {value!r}: {exc.what}",
+                                where(("search", "params", key)), exc.fix) from None
 
 
 def _validated(doc: Located, data: dict, profile: SiteProfile, site_doc: Located, site_name: str,

@@ -202,6 +202,64 @@ class Sweep(_Strict):
             "array tasks running at once (%K); null: the site's array_parallelism"))] = None
 
 
+class SearchParam(_Strict):
+    """One parameter of a study's space (hpctrain/search/spaces.py)."""
+    type: Annotated[Literal["float", "int", "categorical"] | None, Meta(description=(
+            "float, int or categorical; null: categorical with choices, int when both "
+            "bounds are whole numbers, float otherwise"))] = None
+    # A string too: YAML 1.1 reads 1e-5 (no dot) as one; __post_init__ makes it a number.
+    low: Annotated[Union[int, float, str] | None, Meta(description="the lowest value")] = None
+    high: Annotated[Union[int, float, str] | None, Meta(description="the highest value")] = None
+    log: Annotated[bool, Meta(description=(
+            "sample on a log scale (both bounds > 0)"))] = False
+    choices: Annotated[list[Union[str, int, float, bool]], Meta(description=(
+            "a categorical parameter's values"))] = []
+
+    def __post_init__(self):
+        for name in ("low", "high"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                try:
+                    setattr(self, name, float(value))
+                except ValueError:
+                    raise ValueError(f"{name} {value!r} is not a number") from None
+
+    @property
+    def kind(self) -> str:
+        if self.type is not None:
+            return self.type
+        if self.choices:
+            return "categorical"
+        whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (self.low, self.high))
+        return "int" if whole else "float"
+
+
+class Search(_Strict):
+    """A study: trials sampled by Optuna, run by `parallel` workers (hpctrain/search/)."""
+    params: Annotated[dict[str, SearchParam], Meta(description=(
+            "key.path (as a sweep's grid: env.LR, args.1, seed, or a Hydra override in "
+            "args such as agent.params.config.learning_rate) -> its space"))]
+    metric: Annotated[str, Meta(max_length=200, description=(
+            "the progress metric the ranks report (hpctrain_progress.report) that the "
+            "study optimizes"))] = "reward"
+    direction: Annotated[Literal["maximize", "minimize"], Meta(description=(
+            "maximize or minimize the metric"))] = "maximize"
+    n_trials: Annotated[Count, Meta(description="trials in all")] = 20
+    parallel: Annotated[Count, Meta(description=(
+            "workers, each a whole allocation of the job's shape running one trial after "
+            "another"))] = 1
+    sampler: Annotated[Literal["tpe", "random"], Meta(description=(
+            "Optuna's TPE, or random; grids stay `sweep:`"))] = "tpe"
+    pruner: Annotated[Literal["none", "median", "hyperband", "successive_halving"], Meta(
+            description="stop unpromising trials early; none: never")] = "median"
+    warmup_steps: Annotated[NonNeg, Meta(description=(
+            "training steps a trial runs before the pruner may stop it"))] = 0
+    seed: Annotated[int | None, Meta(description="the sampler's seed")] = None
+    max_failures: Annotated[Count | None, Meta(description=(
+            "failed trials in a row that stop the study; null: 3, or 2 x parallel "
+            "when larger"))] = None
+
+
 NotifyEvent = Literal["start", "preempted", "requeued", "hang", "node_excluded", "completed",
                       "failed", "stopped"]
 
@@ -326,6 +384,9 @@ class JobSpec(_Strict):
             "requeue"))] = field(default_factory=Preemption)
     sweep: Annotated[Sweep | None, Meta(description=(
             "one job array over a grid, variants and seeds"))] = None
+    search: Annotated[Search | None, Meta(description=(
+            "a study: Optuna samples the parameters of each trial, pruned early when "
+            "unpromising"))] = None
     setup: Annotated[list[str], Meta(description=(
             "shell lines run on the batch host before the launch"))] = []
     container: Annotated[Container | None, Meta(description=(

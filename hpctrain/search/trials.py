@@ -1,0 +1,91 @@
+"""A trial's run directory, trials/<number:04d>/: the study's job with the trial's values in it,
+planned and rendered as any job is (job/plan.py, templates/), so that a trial is the job's own
+launch — its torchrun per node, its checkpoints, its progress and logs where `status`, `logs`
+and the sampler look for a run's.
+
+The study's job is kept at submit in study/job.json (the resolved job, the site profile, where
+it runs): the worker reads it back typed and bounded, as untrusted data, and re-validates every
+value through the schema; it never looks the site up again.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import msgspec
+
+from .. import rank as rank_package
+from ..backends import backend_class
+from ..job.load import Job
+from ..job.plan import make_plan
+from ..job.search import trial_spec
+from ..rendering.templates import render_plan
+from ..runs.records import write_atomic
+from ..runs.untrusted import read_regular
+from ..schema.spec import SiteProfile
+
+STUDY_JOB = "study/job.json"
+RANK_DIR = Path(rank_package.__file__).parent
+
+
+class StudyJob(msgspec.Struct, kw_only=True):
+    """study/job.json: what a worker needs to make each trial's job."""
+    run_id: str
+    spec: dict  # the resolved job (job.yaml's content), search: included
+    site: SiteProfile
+    site_ref: str
+    source: str
+    workdir: str
+    code_dir: str | None = None
+    python: list[str] = []  # hpctrain's own interpreter (with Optuna): the workers'
+
+
+def write_study_job(run_dir: Path, job: Job, run_id: str, code_dir: str | None,
+                    python: list[str]) -> None:
+    data = StudyJob(run_id=run_id, spec=job.resolved(), site=job.site, site_ref=job.site_ref,
+                    source=job.source, workdir=job.workdir, code_dir=code_dir, python=python)
+    (run_dir / "study").mkdir(parents=True, exist_ok=True)
+    write_atomic(run_dir / STUDY_JOB, msgspec.json.encode(data).decode())
+
+
+def read_study_job(run_dir) -> StudyJob:
+    return msgspec.json.decode(read_regular(Path(run_dir) / STUDY_JOB, 8 << 20), type=StudyJob)
+
+
+def trial_job(study: StudyJob, values: dict, requeue: bool) -> Job:
+    """The trial's whole job. requeue False: a worker requeues its allocation itself (a trial's
+    script must not requeue the worker's job when the worker stops it for the pruner)."""
+    spec = trial_spec(study.spec, values)
+    pre = msgspec.structs.replace(spec.preemption, requeue=requeue)
+    spec = msgspec.structs.replace(spec, preemption=pre, after=[])
+    return Job(spec=spec, site=study.site, source=study.source, workdir=study.workdir,
+               site_ref=study.site_ref)
+
+
+def trial_dir(run_dir, number: int) -> Path:
+    return Path(run_dir) / "trials" / f"{number:04d}"
+
+
+def write_trial(run_dir, number: int, study: StudyJob, values: dict, requeue: bool = False):
+    """Write trials/<number>/ (again, on a resumed attempt: its checkpoints stay); returns
+    (the job script's path, the plan)."""
+    d = trial_dir(run_dir, number)
+    plan = make_plan(trial_job(study, values, requeue), str(d), study.code_dir)
+    chosen = backend_class(plan.backend)()
+    for sub in ("logs", "status"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    script = d / chosen.script_name
+    write_atomic(script, render_plan(plan, chosen.header(plan.directives)), mode=0o755)
+    write_atomic(d / "params.json", json.dumps(values, sort_keys=True) + "\n")
+    write_atomic(d / "job.yaml", _yaml(study, values))
+    if not (d / "rank").is_dir():
+        shutil.copytree(RANK_DIR, d / "rank", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    from ..rank.records import write_json
+    write_json(str(d / "bootstrap.json"), plan.bootstrap)
+    return script, plan
+
+
+def _yaml(study: StudyJob, values: dict) -> str:
+    import yaml
+    return yaml.safe_dump(msgspec.to_builtins(trial_spec(study.spec, values)), sort_keys=False)
