@@ -39,15 +39,16 @@ def sources(run: Run, *, rank: int | None = None, node: str | None = None,
             task: int | None = None, trial: int | None = None) -> list[tuple[str, Path]]:
     """(label, path) of the files to show, in order. Files that do not exist yet are listed
     where their names are known (a rank's log), so following can wait for them. A study's
-    trial shares its worker's job output with the worker's other trials: its own output is its
-    ranks' logs."""
+    trial: its own script's output (logs/job.out), else its ranks' logs."""
     d = _task_dir(run, task, trial)
     if rank is not None:
         return [(f"rank {rank}", d / "logs" / f"rank-{rank}.log")]
     if node is not None:
         return [(f"rank {ident.rank}", d / "logs" / f"rank-{ident.rank}.log")
                 for ident in read_identities(str(d)) if ident.node == node]
-    if trial is not None:
+    if trial is not None:  # the trial script's own output (every rank's, prefixed), else each rank's
+        if (d / "logs" / "job.out").exists():
+            return [("job.out", d / "logs" / "job.out")]
         return [(f"rank {r}", d / "logs" / f"rank-{r}.log") for r in _logged_ranks(d)]
     return [(f.name if f.parent.parent == run.path else f"task {f.parent.parent.name}: {f.name}", f)
             for f in for_run(run).output_files(run, task)]

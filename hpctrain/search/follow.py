@@ -168,6 +168,14 @@ def row(trial, run_path, direction: str, now: float | None) -> TrialRow | None:
     return r
 
 
+def counts_toward(r: TrialRow) -> bool:
+    """Whether a trial counts toward n_trials: not one failed because its worker went away
+    (it runs again) or asked for beyond n_trials by a race (search/worker.NOT_COUNTED)."""
+    from .worker import SURPLUS, WORKER_GONE
+    return not (r.state == "FAIL" and r.fail_cause is not None
+                and (r.fail_cause == WORKER_GONE or r.fail_cause.startswith(SURPLUS.split(":")[0])))
+
+
 # ----------------------------------------------------------------------------- reading
 
 def is_study(run: Run) -> bool:
@@ -201,7 +209,7 @@ def read(run: Run, now: float | None = None):
                 best is None or better(r.value, best.value, direction)):
             best = r
     n_trials = count(attrs.get("n_trials"))
-    started = sum(n for s, n in counts.items() if s != "WAITING")
+    started = sum(1 for r in rows if r.state != "WAITING" and counts_toward(r))
     st = StudyStatus(
         run_id=run.id, name=rec.name, path=str(run.path), journal=str(run.path / JOURNAL),
         metric=text(attrs.get("metric"), 100), direction=direction, n_trials=n_trials,
@@ -228,7 +236,7 @@ def best(run: Run) -> Best:
 
 def summary(st: StudyStatus) -> str:
     """One phrase for `list`: trials done of the total, and the best so far."""
-    done = sum(n for s, n in st.counts.items() if s in ("COMPLETE", "PRUNED", "FAIL"))
+    done = sum(1 for r in st.trials if r.state in ("COMPLETE", "PRUNED", "FAIL") and counts_toward(r))
     total = st.n_trials if st.n_trials is not None else len(st.trials)
     text_ = f"{done}/{total} trials"  # the table gives it what is left of 80 columns
     if st.best is not None and st.best.value is not None:
@@ -267,7 +275,14 @@ class StudyReport(msgspec.Struct, kw_only=True):
 
 
 def _gpus_per_node(run: Run) -> int:
-    resources = job_doc(run.path).get("resources")
+    """The job's resources.gpus_per_node: from the study's job (study/job.json, read typed and
+    bounded), else a job.yaml in the run directory; 0 when neither says."""
+    import msgspec
+    from .trials import read_study_job
+    try:
+        resources = read_study_job(run.path).spec.get("resources")
+    except (OSError, ValueError, msgspec.DecodeError):
+        resources = job_doc(run.path).get("resources")
     gpus = resources.get("gpus_per_node") if isinstance(resources, dict) else None
     return count(gpus, 4096) or 0
 

@@ -19,21 +19,14 @@ damaged journal: one error naming the file and the line.
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import HpctrainError
 from ..runs.untrusted import Unreadable, excerpt, read_regular
+from . import spaces
 
-JOURNAL = Path("study") / "journal.log"  # in the run directory (the search contract)
-# A trial's record with a few hundred reported steps is ~20 KB of journal: 128 MiB holds
-# thousands of such trials, and replaying it stays within a few seconds and a GiB or two.
-MAX_JOURNAL = 128 << 20
-
-
-def journal_path(run_path) -> Path:
-    return Path(run_path) / JOURNAL
+from .journal import JOURNAL, MAX_JOURNAL, journal_path  # the workers' file and its bound
 
 
 def _damaged(path, what: str) -> HpctrainError:
@@ -52,7 +45,8 @@ def parse(data: bytes, path) -> list[dict]:
         try:
             log = json.loads(line)
         except (ValueError, RecursionError):
-            raise _damaged(path, f"line {number} is not JSON: {excerpt(line.decode('utf-8', 'replace'))}") from None
+            # Its text is not quoted: the path may be a link to someone else's file.
+            raise _damaged(path, f"line {number} is not JSON") from None
         if not isinstance(log, dict):
             raise _damaged(path, f"line {number} is not a JSON object")
         logs.append(log)
@@ -93,12 +87,7 @@ def load(run_path, run_id: str):
         raise HpctrainError(f"cannot read the study's journal {path}: {exc.strerror or exc}",
                             fix="make it readable (ask whoever owns the run)") from None
     logs = parse(data, path)
-    try:
-        import optuna
-    except ImportError:
-        raise HpctrainError("following a study needs Optuna",
-                            fix="pip install 'hpctrain[search]'") from None
-    optuna.logging.set_verbosity(logging.WARNING)
+    optuna = spaces.optuna()
     try:
         storage = optuna.storages.JournalStorage(_backend(logs))
         names = optuna.get_all_study_names(storage)
