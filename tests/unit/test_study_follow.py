@@ -344,3 +344,19 @@ def test_reading_writes_nothing_and_unpickles_nothing(tmp_path):
     follow.status(Run(d))
     assert {p: p.stat().st_mtime_ns for p in d.rglob("*")} == before  # no lock, no new file
     assert not isinstance(reading._backend([]), BaseJournalSnapshot)  # no pickled snapshot
+
+
+def test_a_trial_of_a_gone_worker_does_not_count(tmp_path):
+    d = make_study(tmp_path)
+    study = optuna.load_study(study_name=RUN_ID, storage=_storage(_journal(d)))
+    study.add_trial(_trial(TrialState.FAIL, {"net": "small"}, {}, {"fail_cause": "worker gone"}))
+    st = follow.status(Run(d))
+    assert len(st.trials) == 6 and st.left == 1  # it runs again: still one trial to go
+    assert follow.summary(st).startswith("4/6 trials")
+
+
+def test_a_trials_own_output_comes_first(tmp_path, capsys):
+    d = make_study(tmp_path)
+    (d / "trials" / "0002" / "logs" / "job.out").write_text("[rank 0] trial 2 starts\n")
+    code, out, _ = cli(capsys, "logs", str(d), "--trial", "2")
+    assert code == 0 and out == "[rank 0] trial 2 starts\n"
