@@ -58,6 +58,7 @@ def plot(run: Run, out: str | None = None) -> str:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise HpctrainError("plotting needs matplotlib",
                             fix="pip install 'hpctrain[watch]' (tensorboard and matplotlib)") from None
@@ -74,7 +75,8 @@ def plot(run: Run, out: str | None = None) -> str:
         seen.add(r.state)
         xs, ys = [p[0] for p in points], [p[1] for p in points]
         left.plot(xs, ys, color=COLORS.get(r.state, "C1"), linewidth=2.2 if r.number == best else 1,
-                  alpha=1 if r.number == best else 0.75, label=label)
+                  alpha=1 if r.number == best else 0.75, label=label,
+                  marker="o" if len(xs) == 1 else None, markersize=3)  # one report: a dot
         if r.state == "PRUNED":
             left.plot(xs[-1:], ys[-1:], marker="x", color=COLORS["PRUNED"])
     if best is not None and lines.get(best):
@@ -91,6 +93,7 @@ def plot(run: Run, out: str | None = None) -> str:
         right.plot(range(1, len(steps) + 1), [v for _, v in steps], "o", color="C0", markersize=3)
     right.set_title(f"best so far ({st.direction})", fontsize=10)
     right.set_xlabel("completed trials")
+    right.xaxis.set_major_locator(MaxNLocator(integer=True))
     right.grid(alpha=0.3)
     fig.suptitle(_t(f"{st.name}  ({st.run_id})"), fontsize=11)
     save(fig, path, fmt, root)
