@@ -421,8 +421,8 @@ def render(job: Job | str | os.PathLike | dict, **load_args) -> str:
 
 def submit(job: Job | str | os.PathLike | dict, **load_args):
     """Submit a job (a Job, or a job file/dict loaded with load_args) exactly as `hpctrain
-    submit` does; return a Handle on its run (for a job with a search: section, a Study, whose best()
-    is its best trial)."""
+    submit` does; return a Handle on its run (for a job with a search: section, a Study,
+    whose best() is its best trial)."""
     from .follow.handle import Handle
     job = _as_job(job, load_args)
     run = submit_prepared(prepare(job))
