@@ -180,7 +180,9 @@ def peer_way(a, jobs: Jobs) -> dict:
         str(journal), lock_obj=JournalFileOpenLock(str(journal))))
     study = optuna.create_study(
         storage=storage, direction="maximize", sampler=optuna.samplers.TPESampler(seed=a.seed),
-        pruner=optuna.pruners.MedianPruner(n_warmup_steps=a.warmup))
+        # hpctrain's median pruner (search/spaces.py): the same start-up and warm-up
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=max(1, min(a.parallel, 3)),
+                                           n_warmup_steps=a.warmup))
     extra = {"begin": f"now+{a.queue_wait}"} if a.queue_wait else {}
     lock = threading.Lock()
     t0 = time.time()
@@ -213,7 +215,7 @@ def peer_way(a, jobs: Jobs) -> dict:
                     trial.set_user_attr("ended", time.time())
                     raise optuna.TrialPruned()
             time.sleep(0.5)
-        job.result()  # raises when the trial failed
+        job.results()  # every task's; raises when the trial failed
         trial.set_user_attr("started", started or submitted)
         trial.set_user_attr("ended", time.time())
         final = [p for p in read_progress(str(run_dir)) if p.rank == 0]
@@ -235,16 +237,20 @@ def peer_way(a, jobs: Jobs) -> dict:
 
 # ----------------------------------------------------------------------------- summing up
 
-def summary(name: str, res: dict, jobs: Jobs) -> dict:
+def summary(name: str, res: dict, jobs: Jobs, target: float) -> dict:
     done = [t for t in res["trials"] if t["state"] == "COMPLETE" and t["value"] is not None]
     best = max(done, key=lambda t: t["value"]) if done else None
     best_end = best["ended"] if best and best["ended"] else None
     waits = jobs.waits()
+    hit = sorted((t["ended"], t["number"]) for t in done if t["value"] >= target and t["ended"])
+    t_hit = hit[0][0] if hit else None
     return {
         "way": name, "wall_s": res["end"] - res["t0"], "node_hours": jobs.node_hours(),
         "best": None if best is None else best["value"], "best_trial": best and best["number"],
         "to_best_s": None if best_end is None else best_end - res["t0"],
         "node_hours_to_best": None if best_end is None else jobs.node_hours(best_end),
+        "target": target, "to_target_s": None if t_hit is None else t_hit - res["t0"],
+        "node_hours_to_target": None if t_hit is None else jobs.node_hours(t_hit),
         "complete": len(done), "pruned": sum(t["state"] == "PRUNED" for t in res["trials"]),
         "failed": sum(t["state"] == "FAIL" for t in res["trials"]),
         "jobs": len({j.split("_")[0] for j in jobs.seen}), "waits_s": waits,
@@ -253,21 +259,28 @@ def summary(name: str, res: dict, jobs: Jobs) -> dict:
 
 
 def markdown(rows: list[dict], a) -> str:
-    head = ("| way | wall | node-hours | best (trial) | to best: wall / node-hours | complete / "
-            "pruned / failed | jobs | queue waits (sum) |\n|---|---|---|---|---|---|---|---|")
+    head = ("| way | wall | node-hours | best (trial) | to best: wall / node-hours | "
+            f"to reward >= {a.target}: wall / node-hours | complete / pruned / failed | jobs | "
+            "queue waits (sum) |\n|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         best = "-" if r["best"] is None else f"{r['best']:.4f} (#{r['best_trial']})"
         to_best = ("-" if r["to_best_s"] is None else
                    f"{r['to_best_s']:.0f} s / {r['node_hours_to_best']:.4f}")
+        to_target = ("-" if r["to_target_s"] is None else
+                     f"{r['to_target_s']:.0f} s / {r['node_hours_to_target']:.4f}")
         lines.append(f"| {r['way']} | {r['wall_s']:.0f} s | {r['node_hours']:.4f} | {best} | "
-                     f"{to_best} | {r['complete']} / {r['pruned']} / {r['failed']} | {r['jobs']} | "
+                     f"{to_best} | {to_target} | {r['complete']} / {r['pruned']} / {r['failed']} | {r['jobs']} | "
                      f"{len(r['waits_s'])}: {r['wait_total_s']:.0f} s |")
     if len(rows) == 2 and rows[1]["node_hours"]:
         lines.append("")
-        lines.append(f"hpctrain / peer node-hours: {rows[0]['node_hours'] / rows[1]['node_hours']:.2f}x "
-                     f"(goal <= 0.6x); {a.trials} trials, {a.parallel} at once, {a.nodes}-node "
-                     f"trials, {a.steps} steps x {a.step_time} s, queue wait {a.queue_wait} s")
+        ratio = f"{rows[0]['node_hours'] / rows[1]['node_hours']:.2f}x"
+        if rows[0]["node_hours_to_target"] and rows[1]["node_hours_to_target"]:
+            ratio += (f" in all, {rows[0]['node_hours_to_target'] / rows[1]['node_hours_to_target']:.2f}x "
+                      f"to reward >= {a.target}")
+        lines.append(f"hpctrain / peer node-hours: {ratio} (goal <= 0.6x); {a.trials} trials, "
+                     f"{a.parallel} at once, {a.nodes}-node trials, {a.steps} steps x {a.step_time} s, "
+                     f"queue wait {a.queue_wait} s")
     return "\n".join(lines)
 
 
@@ -282,6 +295,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--queue-wait", type=int, default=0,
                     help="seconds every job waits in the queue (sbatch --begin=now+S)")
+    ap.add_argument("--target", type=float, default=-0.5,
+                    help="a reward that counts as found (the optimum is 0 at lr 1e-3, width 4): "
+                    "wall time and node-hours until a trial reached it")
     ap.add_argument("--only", default="hpctrain,peer")
     ap.add_argument("--markdown", help="also write the table here")
     a = ap.parse_args()
@@ -292,7 +308,7 @@ def main() -> int:
         res = (hpctrain_way if name == "hpctrain" else peer_way)(a, jobs)
         jobs.stop.set()
         jobs.join()
-        rows.append(summary(name, res, jobs))
+        rows.append(summary(name, res, jobs, a.target))
         print(json.dumps(rows[-1]), flush=True)
     table = markdown(rows, a)
     print(table)
