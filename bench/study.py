@@ -179,7 +179,10 @@ def peer_way(a, jobs: Jobs) -> dict:
     storage = optuna.storages.JournalStorage(JournalFileBackend(
         str(journal), lock_obj=JournalFileOpenLock(str(journal))))
     study = optuna.create_study(
-        storage=storage, direction="maximize", sampler=optuna.samplers.TPESampler(seed=a.seed),
+        storage=storage, direction="maximize",
+        # hpctrain's TPE (search/spaces.py): threads ask while others run, as its workers do
+        sampler=optuna.samplers.TPESampler(seed=a.seed, constant_liar=True,
+                                           n_startup_trials=min(10, max(2, a.trials // 3))),
         # hpctrain's median pruner (search/spaces.py): the same start-up and warm-up
         pruner=optuna.pruners.MedianPruner(n_startup_trials=max(1, min(a.parallel, 3)),
                                            n_warmup_steps=a.warmup))
