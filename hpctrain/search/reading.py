@@ -14,7 +14,8 @@ follow.py).
 
 A worker killed while it appended leaves a last line without its newline: that line is left out,
 as Optuna itself does. Any other line that is not JSON, or a record Optuna cannot replay, is a
-damaged journal: one error naming the file and the line.
+damaged journal: one error naming the file and the line — never quoting it: like every read of
+a run directory, a link is followed to a regular file, which may be someone else's.
 """
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from typing import Any, Iterable
 from ..errors import HpctrainError
 from ..runs.untrusted import Unreadable, excerpt, read_regular
 from . import spaces
-
 from .journal import JOURNAL, MAX_JOURNAL, journal_path  # the workers' file and its bound
 
 
