@@ -83,9 +83,10 @@ def format_report(r: StudyReport) -> str:
              f"  GPU-hours {r.gpu_hours:.3f}, node-hours {r.node_hours:.3f} over "
              f"{len(r.trials)} trial(s)"]
     for c in r.trials:
-        hours = "-" if c.gpu_hours is None else f"{c.gpu_hours:.3f}"
-        lines.append(f"  trial {c.number:>4} {c.state:<8} {_time(c.seconds):>8}  {hours} GPU-h "
-                     f"[{c.source}]")
+        gpu = "-" if c.gpu_hours is None else f"{c.gpu_hours:.3f}"
+        node = "-" if c.node_hours is None else f"{c.node_hours:.3f}"
+        lines.append(f"  trial {c.number:>4} {c.state:<8} {_time(c.seconds):>8}  {gpu} GPU-h "
+                     f"[{c.source}], {node} node-h")
     if r.saved_gpu_hours is not None:
         lines.append(f"  pruning saved ~{r.saved_gpu_hours:.3f} GPU-hours ({r.saved_node_hours:.3f} "
                      f"node-hours): {r.pruned} pruned trial(s), each against the mean completed "
