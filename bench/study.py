@@ -172,7 +172,9 @@ def peer_way(a, jobs: Jobs) -> dict:
     from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
     from hpctrain.rank.records import read_progress
     out = OUT / "peer"
-    out.mkdir(parents=True, exist_ok=True)
+    import shutil
+    shutil.rmtree(out, ignore_errors=True)  # a trial must never read an earlier run's progress
+    out.mkdir(parents=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     journal = out / "journal.log"
     journal.unlink(missing_ok=True)
