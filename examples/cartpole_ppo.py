@@ -38,6 +38,8 @@ def parse_args():
     p.add_argument("--updates", type=int, default=8)
     p.add_argument("--num-envs", type=int, default=4, help="environments per rank")
     p.add_argument("--steps", type=int, default=128, help="steps per environment per update")
+    p.add_argument("--lr", type=float, default=2.5e-3, help="Adam's learning rate")
+    p.add_argument("--entropy", type=float, default=0.01, help="the entropy bonus's weight")
     p.add_argument("--target-return", type=float, default=None,
                    help="stop early once the mean return over all ranks reaches this")
     return p.parse_args()
@@ -80,7 +82,7 @@ def main():
         net = ActorCritic(envs.single_observation_space.shape[0], envs.single_action_space.n).to(ctx.device)
         model = DDP(net) if ctx.distributed else net  # DDP broadcasts rank 0's weights
         initial_digest = digest(net)  # the weights every rank starts training from
-        opt = torch.optim.Adam(model.parameters(), lr=2.5e-3)
+        opt = torch.optim.Adam(model.parameters(), lr=args.lr)
         ep_ret = np.zeros(args.num_envs)
         finished: list[float] = []
         value_losses, returns = [], []  # per update: this rank's mean value loss, the all-rank mean return
@@ -124,7 +126,7 @@ def main():
                     ratio = (d.log_prob(a[idx]) - lp[idx]).exp()
                     pg = -torch.min(ratio * adv[idx], ratio.clamp(0.8, 1.2) * adv[idx]).mean()
                     value_loss = (v - ret[idx]).pow(2).mean()
-                    loss = pg + 0.5 * value_loss - 0.01 * d.entropy().mean()
+                    loss = pg + 0.5 * value_loss - args.entropy * d.entropy().mean()
                     opt.zero_grad()
                     loss.backward()  # DDP averages the gradients over all ranks here
                     opt.step()

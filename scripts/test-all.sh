@@ -32,7 +32,7 @@ apt_pid=$!
 # --no-compile: pip would byte-compile every module it installs (~45 core-seconds, one core,
 # before anything else could start); compileall does the same beside the unit tier below.
 .venv/bin/pip install -q --disable-pip-version-check --no-compile -c constraints.txt \
-    -e '.[test,rl,jax,watch,docs]'
+    -e '.[test,rl,jax,watch,docs,search]'
 .venv/bin/python -m compileall -q "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
     >"${logs}/compile.log" 2>&1 &
 compile_pid=$!

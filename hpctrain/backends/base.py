@@ -95,6 +95,21 @@ class Backend(abc.ABC):
     # Shell text, in the batch script, naming the allocation's first node (doctor.py); None: the
     # scheduler runs one node only.
     first_node: ClassVar[str | None] = None
+    # A study's workers (hpctrain/search/) can run here: each owns an allocation of the job's
+    # shape and starts one trial after another in it.
+    studies: ClassVar[bool] = False
+
+    def allocation_running(self, job_ref: str) -> bool:
+        """Inside a job: whether the scheduler still runs it (not cancelled, timed out or
+        already requeued): a worker signalled then requeues it (requeue_allocation)."""
+        return False
+
+    def allocation_end(self, job_ref: str) -> float | None:
+        """Inside a job: when its time limit ends it (epoch seconds); None: no limit known."""
+        return None
+
+    def requeue_allocation(self, job_ref: str) -> None:
+        """Inside a job: queue it again (its next run resumes the study's trial it held)."""
 
     def every_node(self, command: str) -> str | None:
         """A batch-script line running `command` once on every node of the allocation, its

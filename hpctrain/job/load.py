@@ -128,7 +128,8 @@ def _check_search(job: Job, site_doc: Located) -> None:
     the study's with its values in it), so that no trial can fail to load once it runs."""
     from .search import apply, check_search
     where = job.origins
-    if job.site.scheduler not in ("slurm", "local"):
+    from ..backends import backend_class
+    if not backend_class(job.site.scheduler).studies:
         raise HpctrainError(f"search: runs on Slurm and local sites, not on site '{job.site.name}' "
                             f"(scheduler {job.site.scheduler}): a worker must own a whole "
                             "allocation of the job's shape and start trials in it, which the ssh "

@@ -60,6 +60,14 @@ def counted(trials) -> int:
     return sum(1 for t in trials if t.user_attrs.get("fail_cause") not in NOT_COUNTED)
 
 
+def surplus(trials, number: int, n_trials: int) -> bool:
+    """Whether trial `number` is beyond the study's n_trials: workers that ask at the same
+    moment for the last trial each get one; the later numbers give theirs back."""
+    ahead = [t for t in trials if t.number < number
+             and t.user_attrs.get("fail_cause") not in NOT_COUNTED]
+    return len(ahead) >= n_trials
+
+
 def failures_in_a_row(trials) -> tuple[int, str]:
     """Finished trials that failed, counted back from the newest finish; and the newest cause."""
     o = optuna()
@@ -99,14 +107,18 @@ class Worker:
         self.study = journal.load(run_dir, self.study_job.run_id, self.search, index)
         self.dists = distributions(self.search)
         self.job = job_ref()
-        self.slurm = self.study_job.site.scheduler == "slurm"
+        from ..backends import backend_class
+        self.backend = backend_class(self.study_job.site.scheduler)()
         self.child: subprocess.Popen | None = None
         self.signalled: int | None = None
         self.durations: list[float] = []
         pre = self.study_job.spec.get("preemption") or {}
+        # The job's preemption signal (the time-limit warning), where its scheduler sends one.
         self.stop_signal = getattr(signal, "SIG" + str(pre.get("signal") or "TERM"), signal.SIGTERM) \
-            if self.slurm else signal.SIGTERM
+            if self.backend.preemption else signal.SIGTERM
         self.max_requeues = int(pre.get("max_requeues", 3) or 0)
+        self.requeue = bool(pre.get("requeue", True))
+        self.end = allocation_end() or self.backend.allocation_end(self.job)
 
     # --- signals
     def install(self) -> None:
@@ -148,12 +160,12 @@ class Worker:
             if counted(trials) >= n_trials:
                 log(f"the study has its {n_trials} trial(s)")
                 return 0
-            if not fits(self.durations, allocation_end(), time.time()):
+            if not fits(self.durations, self.end, time.time()):
                 log("the time left cannot fit another trial: ending")
                 return 0
             trial = self.study.ask(self.dists)
-            if counted(self.study.get_trials(deepcopy=False)) > n_trials:
-                # Another worker asked at the same moment for the last one: give it back.
+            if surplus(self.study.get_trials(deepcopy=False), trial.number, n_trials):
+                # Another worker asked first for the last one: give this one back.
                 trial.set_user_attr("fail_cause", SURPLUS)
                 self.study.tell(trial, state=o.trial.TrialState.FAIL)
                 return 0
@@ -261,23 +273,23 @@ class Worker:
         """This worker was signalled while trial `number` ran: it stays RUNNING. On Slurm, a job
         that still runs (a preemption, the time-limit warning) is requeued: the next run of this
         worker resumes the trial; a cancelled or timed-out one just ends."""
-        if self.slurm and self._job_running():
+        if self.requeue and self.backend.allocation_running(self.job):
             count = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
             if count < self.max_requeues:
                 log(f"trial {number} saved; requeueing job {self.job} (requeue {count + 1} of at "
                     f"most {self.max_requeues})")
-                subprocess.run(["scontrol", "requeue", self.job], check=False)
-                time.sleep(300)  # Slurm ends this run now
+                try:
+                    self.backend.requeue_allocation(self.job)
+                except Exception as exc:  # the scheduler refused: the trial stays RUNNING
+                    log(f"the requeue failed: {exc}")
+                    return 75
+                time.sleep(300)  # the scheduler ends this run now
                 return 0
             log(f"not requeueing: job {self.job} has been requeued {count} time(s) "
                 f"(preemption.max_requeues); `hpctrain submit --resume` continues the study")
         log(f"trial {number} stays RUNNING; `hpctrain submit --resume` continues the study")
         return 128 + int(self.signalled)
 
-    def _job_running(self) -> bool:
-        out = subprocess.run(["scontrol", "-o", "show", "job", self.job], capture_output=True,
-                             text=True, check=False).stdout
-        return " JobState=RUNNING " in f" {out} "
 
 
 def main(argv: list[str]) -> int:

@@ -52,6 +52,29 @@ class SlurmBackend(Backend):
     container_runtimes = ("apptainer", "singularity", "pyxis", "podman", "docker")
     dependencies = True
     first_node = '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+    studies = True
+
+    def allocation_running(self, job_ref: str) -> bool:
+        try:
+            out = commands.run(["scontrol", "-o", "show", "job", job_ref])
+        except commands.SchedulerError:
+            return False
+        return " JobState=RUNNING " in f" {out} "
+
+    def allocation_end(self, job_ref: str) -> float | None:
+        import datetime
+        import re
+        try:
+            out = commands.run(["scontrol", "-o", "show", "job", job_ref])
+        except commands.SchedulerError:
+            return None
+        found = re.search(r"\bEndTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b", out)
+        if not found:  # Unknown, or no limit
+            return None
+        return datetime.datetime.fromisoformat(found.group(1)).timestamp()  # the local time
+
+    def requeue_allocation(self, job_ref: str) -> None:
+        commands.run(["scontrol", "requeue", job_ref])
 
     def every_node(self, command: str) -> str | None:
         return ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '

@@ -1,0 +1,152 @@
+"""A study on the local site (issue 41): two worker processes run six trials of a program whose
+reward is a known function of its parameters (tests/programs/known_reward.py), the median
+pruner stops the bad ones early, the best is the known optimum's region; a worker killed -9
+leaves a readable study, which `submit --resume` continues (the dead worker's trial is FAIL
+"worker gone" and a new one takes its place). Real processes, real torchrun (gloo on CPU)."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import yaml
+
+from hpctrain.search import journal
+from tests.conftest import ROOT, submitted
+
+STEPS = 12
+# RandomSampler, seed 12: worker 0 draws widths 4, 40, 40, 40; worker 1 draws 4, 40, 4, 4 — each
+# worker's draws are its own (search/journal.load), whatever the other did meanwhile.
+JOB = {
+    "name": "kr", "script": str(ROOT / "tests/programs/known_reward.py"),
+    "python": sys.executable,
+    "args": ["--lr=0.001", "--width=4", f"--steps={STEPS}", "--step-time=0.3"],
+    "search": {"params": {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
+                          "width": {"choices": [4, 40]}},
+               "n_trials": 6, "parallel": 2, "sampler": "random", "seed": 12,
+               "pruner": "median"},
+}
+
+
+def _study(run_dir: Path):
+    rid = run_dir.name
+    return optuna.load_study(study_name=rid, storage=journal.storage(run_dir))
+
+
+def _wait(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _worker_pid(run_dir: Path, index: int) -> int | None:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"hpctrain.search.worker" in argv and str(run_dir).encode() in argv \
+                and argv[-2:] == [str(index).encode(), b""]:
+            return int(entry.name)
+    return None
+
+
+def test_a_local_study_prunes_finds_the_optimum_and_survives_a_killed_worker(cli, tmp_path):
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(JOB))
+    _, run_dir = submitted(cli("submit", path, "--site", "local").stdout)
+
+    # Worker 1, in its second trial (a bad one, width 40), is killed -9.
+    def running_second():
+        trials = _study(run_dir).get_trials()
+        mine = [t for t in trials if t.user_attrs.get("worker") == 1]
+        return len(mine) >= 2 and mine[-1].state == optuna.trial.TrialState.RUNNING and mine[-1]
+    victim = _wait(running_second, 120, "worker 1's second trial")
+    os.kill(_worker_pid(run_dir, 1), signal.SIGKILL)
+
+    _wait(lambda: (run_dir / "status" / "exit_code").exists(), 180, "the study's end")
+    study = _study(run_dir)  # readable after the kill
+    trials = study.get_trials()
+    S = optuna.trial.TrialState
+    left = [t for t in trials if t.state == S.RUNNING]
+    assert [t.number for t in left] == [victim.number], trials
+    assert len(trials) == 6 and study.user_attrs["n_trials"] == 6
+
+    # The pruner stopped bad trials early: each below the completed trials' values at its step.
+    pruned = [t for t in trials if t.state == S.PRUNED]
+    assert pruned, [(t.number, t.state, t.params) for t in trials]
+    for t in pruned:
+        assert t.user_attrs["pruned_step"] < STEPS and t.params["width"] == 40, t
+        assert not (run_dir / "trials" / f"{t.number:04d}" / "checkpoints" /
+                    f"step-{STEPS:05d}.json").exists()
+    # The best trial is the optimum's region: width 4, lr within a decade of 1e-3.
+    best = study.best_trial
+    assert best.params["width"] == 4 and best.value > -1.2, best
+    for t in trials:
+        assert t.user_attrs["trial_dir"] == f"trials/{t.number:04d}"
+        assert {"worker", "job_id", "nodes", "started", "attempts"} <= set(t.user_attrs)
+
+    # submit --resume: the dead worker's trial is FAIL "worker gone", and one more trial runs.
+    cli("submit", "--resume", run_dir.name, "--wait", timeout=180)
+    trials = _study(run_dir).get_trials()
+    gone = [t for t in trials if t.number == victim.number][0]
+    assert gone.state == S.FAIL and gone.user_attrs["fail_cause"] == "worker gone"
+    assert len(trials) == 7 and not [t for t in trials if t.state == S.RUNNING], trials
+
+
+def test_a_real_rl_study_cartpole_ppo_learning_rate_and_entropy(cli, tmp_path):
+    """PPO on CartPole (examples/cartpole_ppo.py, DDP over 2 ranks): three trials of the
+    learning rate and the entropy bonus, all at once; each trial's value is its training's
+    last reported mean return."""
+    job = {"name": "cartpole-study", "script": str(ROOT / "examples/cartpole_ppo.py"),
+           "python": sys.executable, "seed": 7, "resources": {"procs_per_node": 2},
+           "args": ["--updates=4", "--num-envs=2", "--steps=64", "--lr=0.0025", "--entropy=0.01"],
+           "search": {"params": {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
+                                 "entropy": {"low": 0.0, "high": 0.05}},
+                      "n_trials": 3, "parallel": 3, "pruner": "none", "seed": 3}}
+    path = tmp_path / "cartpole.yaml"
+    path.write_text(yaml.safe_dump(job))
+    _, run_dir = submitted(cli("submit", path, "--site", "local", "--wait", timeout=300).stdout)
+    study = _study(run_dir)
+    trials = study.get_trials()
+    assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), \
+        [(t.number, t.state, t.user_attrs.get("fail_cause")) for t in trials]
+    import json
+    for t in trials:
+        d = run_dir / t.user_attrs["trial_dir"]
+        assert json.loads((d / "params.json").read_text()) == t.params
+        ranks = {json.loads(p.read_text())["rank"]: json.loads(p.read_text())
+                 for p in (d / "status").glob("progress-*.json")}
+        assert sorted(ranks) == [0, 1] and ranks[0]["step"] == 4
+        assert t.value == ranks[0]["metrics"]["reward"] and t.intermediate_values
+        assert f"--lr={t.params['lr']}" in (d / "job.yaml").read_text()
+    assert len({t.params["lr"] for t in trials}) == 3
+    assert study.best_value == max(t.value for t in trials)
+
+
+def test_failures_in_a_row_stop_the_study_with_their_cause(cli, tmp_path):
+    """A setting that breaks every trial (here: every lr diverges) stops the study after
+    search.max_failures failed trials in a row, with the cause, instead of burning n_trials."""
+    job = dict(JOB, args=["--lr=0.001", "--steps=3", "--step-time=0", "--fail-above=0"],
+               search=dict(JOB["search"], n_trials=8, parallel=1, max_failures=2,
+                           params={"lr": {"low": 1e-4, "high": 1e-2, "log": True}}))
+    path = tmp_path / "failing.yaml"
+    path.write_text(yaml.safe_dump(job))
+    proc = cli("submit", path, "--site", "local", "--wait", timeout=180, check=False)
+    _, run_dir = submitted(proc.stdout)
+    study = _study(run_dir)
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL] * 2, trials
+    stopped = study.user_attrs["stopped"]
+    assert stopped.startswith("2 trials failed in a row: "), stopped
+    assert "trials/0001/logs/" in stopped and trials[1].user_attrs["fail_cause"] in stopped
+    assert (run_dir / "status" / "exit_code").read_text().strip() == "1"
