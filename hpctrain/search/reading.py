@@ -20,11 +20,12 @@ a run directory, a link is followed to a regular file, which may be someone else
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import HpctrainError
-from ..runs.untrusted import Unreadable, excerpt, read_regular
+from ..runs.untrusted import Unreadable, excerpt, open_regular
 from . import spaces
 from .journal import JOURNAL, MAX_JOURNAL, journal_path  # the workers' file and its bound
 
@@ -53,6 +54,18 @@ def parse(data: bytes, path) -> list[dict]:
     return logs
 
 
+def _read(path) -> bytes:
+    """The journal's bytes: a regular file (runs/untrusted.open_regular) whose size says at once
+    whether it is within the bound, so that a huge one is refused without reading it."""
+    with open_regular(path) as f:
+        if os.fstat(f.fileno()).st_size > MAX_JOURNAL:
+            raise Unreadable(0, f"{path} is larger than {MAX_JOURNAL >> 20} MiB")
+        data = f.read(MAX_JOURNAL + 1)  # a file that grew since: still bounded
+    if len(data) > MAX_JOURNAL:
+        raise Unreadable(0, f"{path} is larger than {MAX_JOURNAL >> 20} MiB")
+    return data
+
+
 def _backend(logs: list[dict]):
     from optuna.storages.journal import BaseJournalBackend
 
@@ -74,7 +87,7 @@ def load(run_path, run_id: str):
     file, too large or damaged."""
     path = journal_path(run_path)
     try:
-        data = read_regular(path, MAX_JOURNAL)
+        data = _read(path)
     except FileNotFoundError:
         raise HpctrainError(f"{Path(run_path).name} is not a study: it has no {JOURNAL}",
                             str(path), "status, logs, plot and report follow it as a plain "
