@@ -9,6 +9,7 @@ The Python API — the same jobs, sites, checks and run directories as the comma
     h = hpctrain.submit_function(fn, job)       # fn on every rank, through submitit
     h.wait(); h.result(); h.logs(rank=0); h.status(); h.cancel(); h.run_dir
     h = hpctrain.Handle("20250101-120000-ab12") # any run, later
+    s = hpctrain.Study("RUN"); s.best()         # a study: its best trial (number, value, params)
 
 Mistakes raise HpctrainError with the CLI's messages; a failed run raises JobFailed (a kind of
 HpctrainError) naming the rank and node. Names are loaded on first use, so `import hpctrain`
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "load_job": "job.load", "render": "submission", "submit": "submission",
     "submit_function": "submission", "Handle": "follow.handle",
+    "Study": "search.handle", "study_result": "search.handle",
     # The exceptions the five raise:
     "HpctrainError": "errors", "JobFailed": "follow.handle",
 }

@@ -302,15 +302,49 @@ def _write(text: str) -> None:
     sys.stdout.flush()
 
 
+def _study(ref):
+    """The run `ref` names, and whether it is a study (search/: its journal says more)."""
+    from .follow.operate import resolve
+    from .search.follow import is_study
+    run = resolve(ref)
+    return run, is_study(run)
+
+
 def cmd_status(args) -> int:
     import json
-    from .follow.display import format_status
+    from .follow.display import describe, format_status
     from .follow.operate import status
     if args.run:
-        st = status(args.run)
+        run, study = _study(args.run)
+        st = status(run)
+        if study:
+            from .search import follow, show
+            found = follow.status(run)
+            print(json.dumps({"run": st.to_json(), "study": json.loads(show.as_json(found))}, indent=2)
+                  if args.json else show.format_study(found, workers=describe(st.state)))
+            return 0
         print(json.dumps(st.to_json(), indent=2) if args.json else format_status(st, ranks=args.ranks))
         return 0
     return cmd_list(args)
+
+
+def _study_notes(rows) -> dict:
+    """run path -> (the study's one-line summary, its JSON) for the rows that are studies; a
+    study whose journal cannot be read says why in its row, the other rows are shown as ever."""
+    from pathlib import Path
+    from .runs.records import Run
+    from .search import follow
+    notes = {}
+    for r in rows:
+        run = Run(Path(r.path))
+        if not follow.is_study(run):
+            continue
+        try:
+            found = follow.status(run)
+            notes[r.path] = (follow.summary(found), found)
+        except HpctrainError as exc:
+            notes[r.path] = (f"study: {exc.what}", None)
+    return notes
 
 
 def cmd_list(args) -> int:
@@ -318,17 +352,36 @@ def cmd_list(args) -> int:
     from .follow.display import format_table
     from .follow.status import recent
     rows = recent(limit=args.limit)
+    notes = _study_notes(rows)
     if args.json:
-        print(json.dumps([r.to_json() for r in rows], indent=2))
+        from .search.show import as_json
+        out = []
+        for r in rows:
+            d = r.to_json()
+            if r.path in notes:
+                text, found = notes[r.path]
+                d["study"] = json.loads(as_json(found)) if found else {"error": text}
+            out.append(d)
+        print(json.dumps(out, indent=2))
     elif not rows:
         print("no runs yet: `hpctrain submit job.yaml` starts one")
     else:
-        print(format_table(rows))
+        print(format_table(rows, {path: text for path, (text, _) in notes.items()}))
     return 0
 
 
 def cmd_logs(args) -> int:
     from .follow.operate import logs
+    if args.trial is not None:
+        if args.task is not None:
+            raise HpctrainError("--trial names a study's trial, --task a sweep's task: not both",
+                                fix=f"hpctrain logs {args.run} --trial N")
+        run, study = _study(args.run)
+        if not study:
+            raise HpctrainError(f"run {run.id} is not a study: it has no trials",
+                                fix=f"hpctrain logs {args.run} (or --task N for a sweep's task)")
+        logs(run, follow_output=args.follow, rank=args.rank, node=args.node, trial=args.trial)
+        return 0
     logs(args.run, follow_output=args.follow, rank=args.rank, node=args.node, task=args.task)
     return 0
 
@@ -342,17 +395,34 @@ def cmd_cancel(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .follow.operate import resolve
     from .follow.plot import plot
     from .follow.display import plot_summary
-    print(plot_summary(plot(resolve(args.run), args.metric, args.out)))
+    run, study = _study(args.run)
+    if study:
+        if args.metric:
+            raise HpctrainError("a study's plot draws the metric its trials report to the pruner: "
+                                "no --metric", fix=f"hpctrain plot {args.run} (a trial's own "
+                                "curves: hpctrain tensorboard on its directory)")
+        from .rank.printable import shown
+        from .search.plot import plot as plot_study
+        print(shown(plot_study(run, args.out)))
+        return 0
+    print(plot_summary(plot(run, args.metric, args.out)))
     return 0
 
 
 def cmd_report(args) -> int:
-    from .follow.operate import resolve
     from .follow.report import as_json, report, text
-    result = report(resolve(args.run), args.out)
+    run, study = _study(args.run)
+    if study:
+        from .search import follow, show
+        if args.out is not None:
+            raise HpctrainError("a study's report is text (or --json): no --out",
+                                fix=f"hpctrain report {args.run}; its figure: hpctrain plot {args.run}")
+        result = follow.cost(run)
+        print(show.as_json(result) if args.json else show.format_report(result))
+        return 0
+    result = report(run, args.out)
     print(as_json(result) if args.json else text(result))
     return 0
 
@@ -457,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("status", help="a run's state, training progress, nodes, time and failed "
-                       "ranks; no RUN: recent runs")
+                       "ranks; a study's trials and best; no RUN: recent runs")
     p.add_argument("run", nargs="?", help="run id, run directory or Slurm job id (1234, 1234_5)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--ranks", action="store_true", help="each rank's progress: node, step, rate, metrics")
@@ -476,10 +546,12 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--rank", type=int, help="only this rank (logs/rank-N.log)")
     which.add_argument("--node", help="only the ranks that ran on this node")
     p.add_argument("--task", type=int, help="a sweep's task index")
+    p.add_argument("--trial", type=int, metavar="N", help="a study's trial (its ranks' logs)")
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser("plot", help="a PNG of a run's training curves (every attempt, every sweep "
-                       "task) from its TensorBoard event files")
+                       "task) from its TensorBoard event files; a study's: every trial's curve "
+                       "and the best so far")
     p.add_argument("run", help="run id, run directory or Slurm job id")
     p.add_argument("--metric", action="append", default=[], metavar="TAG",
                    help="a metric to draw: its TensorBoard tag, a glob, or part of its name "
@@ -488,7 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("report", help="what a run (or sweep) cost and how well it used its GPUs: "
-                       "GPU-hours allocated and used, utilization per GPU and rank, time lost")
+                       "GPU-hours allocated and used, utilization per GPU and rank, time lost; a "
+                       "study's GPU-hours per trial and what pruning saved")
     p.add_argument("run", help="run id, run directory or Slurm job id")
     p.add_argument("--json", action="store_true", help="the report as one JSON object")
     p.add_argument("--out", help="the PNG of utilization over time (default RUN_DIR/plots/usage.png)")

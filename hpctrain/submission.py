@@ -421,9 +421,15 @@ def render(job: Job | str | os.PathLike | dict, **load_args) -> str:
 
 def submit(job: Job | str | os.PathLike | dict, **load_args):
     """Submit a job (a Job, or a job file/dict loaded with load_args) exactly as `hpctrain
-    submit` does; return a Handle on its run."""
+    submit` does; return a Handle on its run (for a job with a search: section, a Study,
+    whose best() is its best trial)."""
     from .follow.handle import Handle
-    return Handle(submit_prepared(prepare(_as_job(job, load_args))))
+    job = _as_job(job, load_args)
+    run = submit_prepared(prepare(job))
+    if job.spec.search is not None:
+        from .search.handle import Study
+        return Study(run)
+    return Handle(run)
 
 
 def submit_function(fn: Callable, job: Job | str | os.PathLike | dict, *args: Any, **kwargs: Any):

@@ -231,10 +231,12 @@ def table_progress(r: RunStatus) -> str:
     return brief(r.progress[0], ago=not r.state.done)
 
 
-def format_table(rows: list[RunStatus]) -> str:
+def format_table(rows: list[RunStatus], notes: dict[str, str] | None = None) -> str:
     """A table of runs, newest first. The run id begins with the time it was submitted. Run,
     name, job and state are shown in full, each column as wide as its longest value; progress
-    takes what is left of 80 columns."""
+    takes what is left of 80 columns. notes: run path -> what to show as its progress instead
+    (a study's trials and best)."""
+    notes = notes or {}
     cols = [("RUN", [r.run_id for r in rows]), ("NAME", [r.name for r in rows]),
             ("JOB", [r.job or "" for r in rows]), ("STATE", [_state_word(r.state) for r in rows])]
     widths = [max([len(head)] + [len(v) for v in values]) for head, values in cols]
@@ -245,7 +247,8 @@ def format_table(rows: list[RunStatus]) -> str:
     lines = [head]
     for i, r in enumerate(rows):
         cells = "  ".join(f"{values[i]:<{w}}" for (_, values), w in zip(cols, widths))
-        lines.append(f"{cells}  {table_progress(r)[:room]}".rstrip())
+        progress = notes.get(r.path) or table_progress(r)
+        lines.append(f"{cells}  {progress[:room]}".rstrip())
     return shown("\n".join(lines))
 
 

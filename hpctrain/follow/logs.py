@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,13 @@ from ..rank.records import read_identities
 from ..runs.records import Run
 
 
-def _task_dir(run: Run, task: int | None) -> Path:
+def _task_dir(run: Run, task: int | None, trial: int | None = None) -> Path:
+    if trial is not None:  # a study's trial: trials/NNNN (search/follow.trial_dir)
+        d = run.path / "trials" / f"{trial:04d}"
+        if trial < 0 or not d.is_dir():
+            raise HpctrainError(f"study {run.id} has no trial {trial} (no {d})",
+                                fix=f"its trials: hpctrain status {run.id}")
+        return d
     if task is None:
         return run.path
     size = run.record.array_size
@@ -29,24 +36,39 @@ def _task_dir(run: Run, task: int | None) -> Path:
 
 
 def sources(run: Run, *, rank: int | None = None, node: str | None = None,
-            task: int | None = None) -> list[tuple[str, Path]]:
+            task: int | None = None, trial: int | None = None) -> list[tuple[str, Path]]:
     """(label, path) of the files to show, in order. Files that do not exist yet are listed
-    where their names are known (a rank's log), so following can wait for them."""
-    d = _task_dir(run, task)
+    where their names are known (a rank's log), so following can wait for them. A study's
+    trial: its own script's output (logs/job.out), else its ranks' logs."""
+    d = _task_dir(run, task, trial)
     if rank is not None:
         return [(f"rank {rank}", d / "logs" / f"rank-{rank}.log")]
     if node is not None:
         return [(f"rank {ident.rank}", d / "logs" / f"rank-{ident.rank}.log")
                 for ident in read_identities(str(d)) if ident.node == node]
+    if trial is not None:  # the trial script's own output (every rank's, prefixed), else each rank's
+        if (d / "logs" / "job.out").exists():
+            return [("job.out", d / "logs" / "job.out")]
+        return [(f"rank {r}", d / "logs" / f"rank-{r}.log") for r in _logged_ranks(d)]
     return [(f.name if f.parent.parent == run.path else f"task {f.parent.parent.name}: {f.name}", f)
             for f in for_run(run).output_files(run, task)]
 
 
+def _logged_ranks(d: Path, limit: int = 100_000) -> list[int]:
+    """The ranks that have a log in d/logs, in rank order."""
+    import re
+    try:
+        names = sorted(os.listdir(d / "logs"))[:limit]
+    except OSError:
+        return []
+    return sorted(int(m.group(1)) for n in names if (m := re.fullmatch(r"rank-([0-9]{1,9})\.log", n)))
+
+
 def check_choice(run: Run, *, rank: int | None = None, node: str | None = None,
-                 task: int | None = None) -> None:
+                 task: int | None = None, trial: int | None = None) -> None:
     """A rank or node this run does not have is an error that lists the ones it has (once the
     ranks have started; before that, the rank's log is waited for)."""
-    d = _task_dir(run, task)
+    d = _task_dir(run, task, trial)
     idents = read_identities(str(d))
     if rank is not None:
         ranks = sorted(i.rank for i in idents)

@@ -40,12 +40,14 @@ def cancel(ref: str | Run) -> RunStatus:
 
 
 def logs(ref: str | Run, *, follow_output: bool = False, rank: int | None = None,
-         node: str | None = None, task: int | None = None, write=None, poll: float = 0.5) -> None:
+         node: str | None = None, task: int | None = None, write=None, poll: float = 0.5,
+         trial: int | None = None) -> None:
+    """trial: a study's trial (trials/NNNN), its ranks' logs."""
     import sys
     run = resolve(ref)
-    if task is None and isinstance(ref, str):
+    if task is None and trial is None and isinstance(ref, str):
         task = split_task(ref)
-    which = dict(rank=rank, node=node, task=task)
+    which = dict(rank=rank, node=node, task=task, trial=trial)
     write = write or sys.stdout.write
     try:
         chosen = for_run(run)

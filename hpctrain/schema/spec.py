@@ -206,8 +206,6 @@ class Sweep(_Strict):
             "array tasks running at once (%K); null: the site's array_parallelism"))] = None
 
 
-NotifyEvent = Literal["start", "preempted", "requeued", "hang", "node_excluded",
-                      "node_replaced", "completed", "failed", "stopped"]
 class SearchParam(_Strict):
     """One parameter of a study's space (hpctrain/search/spaces.py)."""
     type: Annotated[Literal["float", "int", "categorical"] | None, Meta(description=(
@@ -266,8 +264,8 @@ class Search(_Strict):
             "when larger"))] = None
 
 
-NotifyEvent = Literal["start", "preempted", "requeued", "hang", "node_excluded", "completed",
-                      "failed", "stopped"]
+NotifyEvent = Literal["start", "preempted", "requeued", "hang", "node_excluded",
+                      "node_replaced", "completed", "failed", "stopped"]
 
 
 class Notify(_Strict):

@@ -111,6 +111,18 @@ def test_a_local_study_prunes_finds_the_optimum_and_survives_a_killed_worker(cli
     assert again.user_attrs["worker"] == 1 and not again.user_attrs["adopt"]
     assert len(trials) == 6 and not [t for t in trials if t.state == S.RUNNING], trials
 
+    # Followed (`status`/`report STUDY`, search/follow.py): the same trials and best; the gone
+    # worker's trial does not count toward n_trials; every pruned trial's step and cost.
+    from hpctrain.runs.records import Run
+    from hpctrain.search import follow
+    st = follow.status(Run(run_dir))
+    assert [r.number for r in st.trials] == [t.number for t in trials] and st.left == 0
+    assert st.best.number == _study(run_dir).best_trial.number
+    assert {r.number: r.pruned_step for r in st.trials if r.state == "PRUNED"} == \
+        {t.number: t.user_attrs["pruned_step"] for t in trials if t.state == S.PRUNED}
+    cost = follow.cost(Run(run_dir))
+    assert cost.pruned == st.counts["PRUNED"] and all(c.node_hours for c in cost.trials if c.state != "FAIL")
+
 
 def test_a_real_rl_study_cartpole_ppo_learning_rate_and_entropy(cli, tmp_path):
     """PPO on CartPole (examples/cartpole_ppo.py, DDP over 2 ranks): three trials of the
