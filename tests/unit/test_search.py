@@ -95,7 +95,7 @@ def test_the_study_script_starts_its_workers_as_one_array(home, tmp_path):
     assert script == tmp_path / "run" / "trials" / "0003" / "job.sbatch"
     assert plan.nnodes == 2 and plan.preemption["requeue"] is False and plan.env["LR"] == "0.005"
     assert "not requeueing: preemption.requeue is false" in script.read_text()
-    assert (script.parent / "rank" / "bootstrap.py").is_file()
+    assert (script.parent / "rank" / "before" / "bootstrap.py").is_file()
 
 
 def test_local_study_script(home, tmp_path):
