@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+from pathlib import Path
 
 import msgspec
 
@@ -30,7 +31,7 @@ from ..rank.printable import shown
 from ..rank.records import RankIdentity, read_identities
 from ..rank.during.sampler import _file_node
 from ..runs.records import Run
-from ..runs.untrusted import Budget, read_lines, read_regular, writing
+from ..runs.untrusted import Budget, job_doc, read_lines, read_regular, writing
 from .progress import of_directory
 from .startup import attempts as startup_attempts, replacements
 
@@ -432,6 +433,17 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
 
 # ----------------------------------------------------------------------------- runs and sweeps
 
+def _sweep_direction(run_path) -> str | None:
+    """The job's `sweep.direction` as submit wrote it into job.yaml (untrusted: only the two
+    words are taken), or None."""
+    try:
+        sweep = job_doc(Path(run_path)).get("sweep")
+    except HpctrainError:
+        return None
+    direction = sweep.get("direction") if isinstance(sweep, dict) else None
+    return direction if direction in ("maximize", "minimize") else None
+
+
 def report(run: Run, out: str | None = None) -> Report:
     rec = run.record
     if out is not None:  # a format matplotlib cannot write is refused before the work
@@ -449,9 +461,13 @@ def report(run: Run, out: str | None = None) -> Report:
         whole.lost_between_attempts_s = sum(t.lost_between_attempts_s for t in tasks)
         whole.lost_before_first_step_s = sum(t.lost_before_first_step_s for t in tasks)
         whole.by_cost = [t.task for t in sorted(tasks, key=lambda t: (-t.gpu_hours_allocated, t.task))]
-        # Best first, in the metric's direction: a loss's lowest, a reward's highest.
+        # Best first, in the metric's direction: the sweep's own, else a loss's lowest and a
+        # reward's highest.
         scored = [t for t in tasks if t.value is not None]
-        sign = 1 if scored and lower_is_better(scored[0].metric) else -1
+        direction = _sweep_direction(run.path)
+        lower = (direction == "minimize" if direction else
+                 bool(scored) and lower_is_better(scored[0].metric))
+        sign = 1 if lower else -1
         whole.by_metric = [t.task for t in sorted(scored, key=lambda t: (sign * t.value, t.task))]
         result = whole
     else:

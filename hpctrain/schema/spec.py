@@ -204,6 +204,9 @@ class Sweep(_Strict):
     seeds: Annotated[list[int], Meta(description="every variant once per seed")] = []
     parallel: Annotated[Count | None, Meta(description=(
             "array tasks running at once (%K); null: the site's array_parallelism"))] = None
+    direction: Annotated[Literal["maximize", "minimize"] | None, Meta(description=(
+            "which end of the tasks' reported metric `report` ranks best; null: the lowest "
+            "of a loss, error, regret or cost, the highest of anything else (a reward)"))] = None
 
 
 class SearchParam(_Strict):

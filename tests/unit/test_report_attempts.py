@@ -133,3 +133,22 @@ def test_a_sweeps_best_follows_its_metrics_direction(monkeypatch, metric, best):
     run = _run()
     run.record.array_size = 3
     assert rep.report(run).by_metric == best
+
+
+@pytest.mark.parametrize("direction, best", [("minimize", [2, 0, 1]), ("maximize", [1, 0, 2]),
+                                             ("sideways", [2, 0, 1])])
+def test_a_sweeps_own_direction_wins_over_its_metrics_name(monkeypatch, tmp_path, direction,
+                                                            best):
+    """`sweep.direction` in the run's job.yaml decides; a forged word falls back to the name's
+    rule (a loss: lowest first)."""
+    values = {0: 0.5, 1: 0.9, 2: 0.1}
+
+    def task_report(directory, run_id, name, task, run):
+        return rep.Report(run_id=run_id, name=name, task=task, metric="loss", value=values[task])
+    monkeypatch.setattr(rep, "directory_report", task_report)
+    monkeypatch.setattr(rep, "draw", lambda *a: None)
+    (tmp_path / "job.yaml").write_text(f"sweep: {{direction: {direction}}}\n")
+    run = _run()
+    run.path = str(tmp_path)
+    run.record.array_size = 3
+    assert rep.report(run).by_metric == best
