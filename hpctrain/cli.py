@@ -61,7 +61,7 @@ def cmd_validate(args) -> int:
     from .backends import backend_class
     p, spec = prep.plan, prep.job.spec
     scheduler = backend_class(p.backend)
-    head = {"nodename": scheduler.head_node,
+    head = {"nodename": "first node chosen for the attempt" if p.spare_nodes else scheduler.head_node,
             "suffix": f"first node + '{p.head_suffix}'",
             "interface": f"first node's IPv4 on {p.head_interface}"}[p.head_mode]
     port = (str(p.port_fixed) if p.port_fixed else
@@ -84,6 +84,9 @@ def cmd_validate(args) -> int:
     if spec.search is not None:
         from .job.search import shape
         rows.append(("study", shape(spec).removeprefix("study: ")))
+    if spec.resources.spare_nodes:
+        from .job.checks import spare_cost
+        rows.insert(4, ("spares", spare_cost(spec)))
     for dep in prep.job.after:
         rows.append(("after", f"{dep['mode']} run {dep['run_id']} (job {dep['job_id']})"))
     for w in p.warnings:

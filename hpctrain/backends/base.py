@@ -84,6 +84,8 @@ class Backend(abc.ABC):
     # What the scheduler can do for a job, which the plan and the checks ask instead of its name.
     max_nodes: ClassVar[int | None] = None  # None: as many as the site allows
     preemption: ClassVar[bool] = False  # signals ahead of the time limit, and requeue
+    # Why resources.spare_nodes cannot work here; "" where the batch shell swaps in spares.
+    no_spares: ClassVar[str] = "only a Slurm allocation holds spare nodes"
     # How often `submit --wait` and Handle.wait() ask for the state: (first, longest) seconds;
     # the interval grows from the first to the longest while nothing changes (follow/status.py).
     poll: ClassVar[tuple[float, float]] = (1.0, 30.0)
@@ -246,10 +248,11 @@ class Backend(abc.ABC):
         start. Asked where the scheduler's tools run; [] when they cannot be asked."""
         return []
 
-    def accounting(self, job_ids: list[str]) -> dict[str, dict] | None:
-        """`hpctrain report`: what the scheduler's accounting says these jobs were allocated
-        and used, per job id {gpus, elapsed_s, cpus, total_cpu_s, max_rss_mib}; None where it
-        keeps none (then the run's own records answer)."""
+    def accounting(self, job_ids: list[str], since: float | None = None) -> list[dict] | None:
+        """`hpctrain report`: what the scheduler's accounting says every attempt of these jobs
+        (a requeued job's too) was allocated and used, one dict per attempt {job_id, attempt,
+        state, start, end, elapsed_s, gpus, cpus, total_cpu_s, max_rss_mib}, leaving out jobs
+        submitted before `since`; None where it keeps none (then the run's own records answer)."""
         return None
 
     def test_start(self, script: str) -> str | None:

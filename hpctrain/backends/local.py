@@ -66,6 +66,7 @@ class LocalBackend(Backend):
     script_name = "job.sh"
     max_nodes = 1
     studies = True  # each worker a process here
+    no_spares = "this machine is the only node"
     runs_here = True  # submit checks this machine's GPUs (job/checks.check_local_gpus)
     # The state is a file and a process here: read 5 times a second, the end is seen at once.
     poll = (0.2, 0.2)

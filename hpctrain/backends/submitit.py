@@ -251,6 +251,7 @@ class SubmititBackend(Backend):
     """Function runs: submitted through submitit's executor for the site's scheduler; their
     state is that scheduler's, completed by the result pickles submitit leaves."""
     name = "submitit"
+    no_spares = "submitit starts the ranks itself, with no batch shell to swap a node"
     script_name = "submitit.sbatch"  # submitit writes it, in the run's submitit/ folder
 
     def submit_command(self, script: Path, plan=None) -> list[str]:

@@ -173,8 +173,11 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
             lines.append(f"{t.job or str(i):<{job_w}}  " + row[:max(24, WIDTH - 1 - job_w - 2)])
     if st.jobs:
         lines.append(f"earlier   job(s) {', '.join(st.jobs)} (submit --resume)")
+    swapped = {(r["job_id"], n) for r in st.replacements for n in r["out"]}
     for h in st.history:  # the earlier attempts that failed, then this one's state
         then = f"; requeued without {', '.join(h['without'])}" if h["without"] else ""
+        if h["without"] and all((h["job_id"], n) in swapped for n in h["without"]):
+            then = f"; {', '.join(h['without'])} replaced by a spare (no requeue)"
         lines.append(f"attempt {h['attempt']} {h['reason']}: {h['message'][:160]}{then}")
     if st.history:
         lines.append(f"now       {describe(s)}")
@@ -184,6 +187,8 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
         lines.append(f"slow      {slow_text(s)}")
     for e in st.excluded:
         lines.append(f"excluded  {e['node']}: {e['reason']}: {e['message'][:200]}")
+    for r in st.replacements:
+        lines.append(replacement_text(r))
     if ranks:
         for p in st.progress:
             lines.append("")
@@ -200,6 +205,16 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
             lines.append(f"  {where}rank {f['rank']} on {f['node']} exit {f['exit_status']}: "
                          f"{f['error']}")
     return shown("\n".join(lines))
+
+
+def replacement_text(r: dict) -> str:
+    """'replaced   attempt 2 of job 12: node3 out, node4 in (preflight failure, excluding
+    node3); training again 41 s after the failure'."""
+    back = (f"training again {r['back_s']:.0f} s after the failure" if r["back_s"] is not None
+            else "not training again yet")
+    return (f"replaced  attempt {r['attempt'] % 100 + 1} of job {r['job_id'] or '?'}: "
+            f"{', '.join(r['out']) or '?'} out, {', '.join(r['in']) or '?'} in "
+            f"({r['why'][:200]}); {back}")
 
 
 def _state_word(state: JobState) -> str:

@@ -7,6 +7,7 @@ same order:
 
     start                       the first attempt runs
     node_excluded               a node left out of the next attempt (before its requeue)
+    node_replaced               a spare took a blamed node's place, in the same allocation
     preempted                   the scheduler preempted it and it is requeued
     requeued                    an attempt after a requeue runs
     completed | failed | hang | stopped | preempted     the end, once
@@ -58,6 +59,7 @@ class Notifier:
         self.requeues = 0  # requeues seen: pending again after running, or a higher restart count
         self.announced = 0  # of those, the ones whose next attempt was seen running ("requeued")
         self.excluded = 0
+        self.replaced = 0
         self.ended = False
         self.queued_again = False
         self.last = None
@@ -80,13 +82,17 @@ class Notifier:
             # so that a requeue the polls see late still knows what signal came before it.
             for attempt, sigs in stop_signals(self.run_dir).items():
                 self.signals.setdefault(attempt, set()).update(sigs)
-        key = (s.state, s.restarts, len(st.excluded))
+        key = (s.state, s.restarts, len(st.excluded), len(st.replacements))
         if key == self.last:
             return
         self.last = key
         for e in st.excluded[self.excluded:]:
             self._send("node_excluded", st, f"{e['node']}: {e['reason']}")
         self.excluded = len(st.excluded)
+        for r in st.replacements[self.replaced:]:
+            self._send("node_replaced", st, f"{', '.join(r['out'])} replaced by "
+                       f"{', '.join(r['in'])} after the {r['why']} (job {r['job_id']}, no requeue)")
+        self.replaced = len(st.replacements)
         # A requeue: seen pending again after it ran, or (when the polls missed that) a
         # restart count higher than the last one counted. A preemption says so first, as the
         # job does before it requeues itself; "requeued" is the next attempt running.

@@ -13,7 +13,8 @@ each bounded, and at most MAX_SAMPLES samples per run (or sweep task) directory.
     per GPU / per rank    mean and 10th-percentile utilization (nearest rank), memory peak
                           against the GPU's total, mean power; a CPU node's ranks: CPU % and RSS
     time lost             between attempts (a requeue, a preemption), and before each attempt's
-                          first training step (start, rendezvous, loading)
+                          first training step (start, rendezvous, loading); a node swapped for
+                          a spare (status/replacements.jsonl): failure to training again
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from ..rank.sampler import _file_node
 from ..runs.records import Run
 from ..runs.untrusted import Budget, read_lines, read_regular, writing
 from .progress import of_directory
+from .startup import attempts as startup_attempts, replacements
 
 MAX_SAMPLES = 500_000  # samples read per run (or sweep task) directory, all nodes together
 MAX_USAGE_BYTES = 256 << 20  # bytes read per run (or sweep task) directory
@@ -75,6 +77,8 @@ class Attempt(msgspec.Struct, kw_only=True):
     gpu_hours: float
     gpu_hours_used: float | None
     first_step_s: float | None  # from the start to the first progress report
+    state: str | None = None  # the scheduler's (sacct): COMPLETED, REQUEUED, FAILED, ...
+    lost_s: float = 0.0  # before its first step; all of it when it ended without one
 
 
 class Report(msgspec.Struct, kw_only=True):
@@ -93,6 +97,10 @@ class Report(msgspec.Struct, kw_only=True):
     value: float | None = None
     lost_between_attempts_s: float = 0.0
     lost_before_first_step_s: float = 0.0
+    # resources.spare_nodes: nodes swapped inside the allocation (rank/spares.py), and the
+    # seconds from each failure to training again, summed (those not training again: none).
+    replacements: int = 0
+    lost_to_replacements_s: float = 0.0
     cpu_efficiency: float | None = None  # CPU time / (CPUs allocated x elapsed)
     max_rss_mib: float | None = None
     cpu_source: str = "none"  # accounting | samples | none
@@ -196,13 +204,36 @@ def _allocations(directory: str) -> dict[tuple[str, int], dict]:
 
 # ----------------------------------------------------------------------------- one directory
 
-def _accounting(run: Run, job_ids: list[str]) -> dict[str, dict] | None:
-    """The scheduler's accounting of these jobs (backends: Backend.accounting), or None."""
+def _accounting(run: Run, job_ids: list[str]) -> list[dict] | None:
+    """The scheduler's accounting of every attempt of these jobs (Backend.accounting), or None."""
     from ..backends import for_run
+    since = _num(getattr(run.record, "submitted_ts", None))  # (a minute's slack for clocks)
     try:
-        return for_run(run).accounting(job_ids)
+        return for_run(run).accounting(job_ids, since=since - 60 if since else None)
     except (HpctrainError, OSError):
         return None
+
+
+# Metrics whose lower values are better (the rest, rewards and returns first, are maximised).
+_LOWER_IS_BETTER = re.compile(r"loss|error|err\b|regret|perplexity|ppl|cost|distance|mse|mae|rmse|nll|wer|cer",
+                              re.IGNORECASE)
+
+
+def lower_is_better(metric: str | None) -> bool:
+    return bool(metric) and bool(_LOWER_IS_BETTER.search(metric))
+
+
+_ENDED_WELL = {"COMPLETED", "RUNNING", "PENDING", "SUSPENDED"}
+
+
+def _job_ids(run: Run | None, task: int | None, attempts: dict) -> list[str]:
+    """The jobs to ask the scheduler about: those the samplers saw, and the run's own (an array
+    task as JOB_TASK), so that a run with no samples is accounted too."""
+    ids = {k[0] for k in attempts}
+    job = getattr(run.record, "job_id", None) if run is not None else None
+    if job is not None and str(job).isdigit():
+        ids.add(f"{job}_{task}" if task is not None else str(job))
+    return sorted(ids)
 
 
 def directory_report(directory: str, run_id: str, name: str, task: int | None = None,
@@ -289,20 +320,34 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
                     if rss is not None:
                         rank_rss[row[0]] = max(rank_rss.get(row[0], 0.0), rss / 1024)
 
-    accounted = _accounting(run, sorted({k[0] for k in attempts})) if run is not None else None
+    accounted = _accounting(run, _job_ids(run, task, attempts)) if run is not None else None
+    by_attempt = {(a["job_id"], a["attempt"]): a for a in accounted or []}
     sources, used_total, any_used = set(), 0.0, False
-    for key in sorted(attempts, key=lambda k: attempts[k]["start"]):
-        a = attempts[key]
-        elapsed = max(0.0, a["end"] - a["start"])
+    keys = set(attempts) | set(by_attempt)
+
+    def _start(k):
+        return by_attempt[k]["start"] if k in by_attempt else attempts[k]["start"]
+    ordered = sorted(keys, key=lambda k: (_start(k), k))[:MAX_ATTEMPTS]
+    for i, key in enumerate(ordered):
+        a = attempts.get(key) or {"start": None, "end": None, "first": None, "gpus": set()}
+        acct = by_attempt.get(key)
         alloc = allocations.get(key)
-        acct = (accounted or {}).get(key[0]) if len(attempts) == 1 or not accounted else None
         if acct is not None:
+            # The scheduler's time: from the allocation's start to its end (or now, running),
+            # not the sampler's window (which opens after the launch and closes before teardown).
+            start, elapsed = acct["start"], acct["elapsed_s"]
+            end = acct["end"] if acct["end"] is not None else start + elapsed
+        else:
+            start, end = a["start"], a["end"]
+            elapsed = max(0.0, end - start)
+        if acct is not None and acct["gpus"]:
             gpus, source = acct["gpus"], "accounting"
-            elapsed = acct["elapsed_s"] or elapsed
         elif alloc is not None and _int(alloc.get("gpus"), MAX_GPUS) is not None:
             gpus, source = alloc["gpus"], "scontrol"
         elif a["gpus"]:
             gpus, source = len(a["gpus"]), "samples"
+        elif acct is not None:
+            gpus, source = 0, "accounting"
         else:
             gpus, source = 0, "none"
         sources.add(source)
@@ -315,16 +360,27 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
             used = sum(means) / 100.0 * elapsed / 3600.0
             used_total += used
             any_used = True
+        first = max(0.0, a["first"] - start) if a["first"] else None
+        state = acct["state"] if acct is not None else None
+        if first is not None:
+            lost = min(first, elapsed)
+        elif (state is not None and state not in _ENDED_WELL) or (state is None and i < len(ordered) - 1):
+            lost = elapsed  # ended (failed, requeued, preempted) before its first step
+        else:
+            lost = 0.0
         report.attempts.append(Attempt(
-            job_id=key[0], attempt=key[1], start=a["start"], end=a["end"], elapsed_s=elapsed,
+            job_id=key[0], attempt=key[1], start=start, end=end, elapsed_s=elapsed,
             gpus=gpus, gpus_source=source, gpu_hours=gpus * elapsed / 3600.0, gpu_hours_used=used,
-            first_step_s=(a["first"] - a["start"]) if a["first"] else None))
+            first_step_s=first, state=state, lost_s=lost))
     report.gpu_hours_allocated = sum(a.gpu_hours for a in report.attempts)
     report.gpu_hours_used = used_total if any_used else None
     report.allocation_source = "+".join(sorted(sources - {"none"})) or "none"
     report.lost_between_attempts_s = sum(max(0.0, b.start - a.end)
                                          for a, b in zip(report.attempts, report.attempts[1:]))
-    report.lost_before_first_step_s = sum(a.first_step_s or 0.0 for a in report.attempts)
+    report.lost_before_first_step_s = sum(a.lost_s for a in report.attempts)
+    swaps = replacements(directory, startup_attempts(directory))
+    report.replacements = len(swaps)
+    report.lost_to_replacements_s = sum(r["back_s"] or 0.0 for r in swaps)
 
     for (node, index), utils in sorted(gpu_util.items()):
         info = gpu_info.get((node, index), {})
@@ -355,7 +411,7 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
             stats.steps_per_s, stats.step = rates[rank].rate, rates[rank].step
         report.ranks.append(stats)
 
-    acct_all = [v for v in (accounted or {}).values()]
+    acct_all = list(accounted or [])
     if acct_all and all(v.get("total_cpu_s") is not None and v.get("cpus") for v in acct_all):
         spent = sum(v["cpus"] * (v["elapsed_s"] or 0) for v in acct_all)
         report.cpu_efficiency = (sum(v["total_cpu_s"] for v in acct_all) / spent or None) if spent else None
@@ -393,8 +449,10 @@ def report(run: Run, out: str | None = None) -> Report:
         whole.lost_between_attempts_s = sum(t.lost_between_attempts_s for t in tasks)
         whole.lost_before_first_step_s = sum(t.lost_before_first_step_s for t in tasks)
         whole.by_cost = [t.task for t in sorted(tasks, key=lambda t: (-t.gpu_hours_allocated, t.task))]
-        whole.by_metric = [t.task for t in sorted((t for t in tasks if t.value is not None),
-                                                  key=lambda t: (-t.value, t.task))]
+        # Best first, in the metric's direction: a loss's lowest, a reward's highest.
+        scored = [t for t in tasks if t.value is not None]
+        sign = 1 if scored and lower_is_better(scored[0].metric) else -1
+        whole.by_metric = [t.task for t in sorted(scored, key=lambda t: (sign * t.value, t.task))]
         result = whole
     else:
         result = directory_report(path, run.id, rec.name, None, run)
@@ -483,6 +541,9 @@ def text(r: Report) -> str:
                      f"[{a.gpus_source}], first step after {first}")
     lines.append(f"  time lost: {_h(r.lost_between_attempts_s)} between attempts, "
                  f"{_h(r.lost_before_first_step_s)} before first steps")
+    if r.replacements:
+        lines.append(f"  node replacements: {r.replacements} (spare nodes, no requeue), "
+                     f"{_h(r.lost_to_replacements_s)} from the failures to training again")
     if r.steps_per_s is not None:
         lines.append(f"  training: step {r.step}, {r.steps_per_s:.3f} steps/s"
                      + (f", {r.metric} {r.value:g}" if r.metric and r.value is not None else ""))

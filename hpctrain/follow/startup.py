@@ -24,6 +24,7 @@ import os
 import re
 
 from ..rank.records import read_json
+from ..rank.spares import read_replacements
 
 PHASES = ("setup", "imports", "health", "rendezvous", "library")
 MAX_ATTEMPTS = 1000
@@ -138,3 +139,16 @@ def line(attempts_: list[dict]) -> str | None:
         return f"no first step yet{where}" + (f": {parts}" if parts else "")
     return f"first step {_s(a['first_step_s'])} s after start{where}" + (
         f": {parts}" if parts else "")
+
+
+def replacements(run_dir: str, attempts: list[dict]) -> list[dict]:
+    """Each in-allocation replacement, with the seconds from the failure to the first progress
+    report of the attempt it started (None while that attempt has not reported one)."""
+    first = {(a["job_id"], a["attempt"]): a["first_step"] for a in attempts}
+    out = []
+    for r in read_replacements(run_dir):
+        step = first.get((r["job_id"], r["attempt"]))
+        back = round(step - r["failed_at"], 1) if step and step >= r["failed_at"] else None
+        out.append({"job_id": r["job_id"], "attempt": r["attempt"], "out": r["out"],
+                    "in": r["in"], "why": r["why"], "back_s": back})
+    return out

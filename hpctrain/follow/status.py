@@ -49,6 +49,9 @@ class RunStatus(msgspec.Struct, kw_only=True):
     # The run's earlier attempts that failed (status/failures.jsonl), oldest first: each
     # {attempt, job_id, reason, message, without (the nodes its requeue left out)}.
     history: list[dict] = []
+    # Nodes a spare replaced inside the allocation (rank/spares.py), oldest first: each
+    # {job_id, attempt, out, in, why, back_s (from the failure to the next first step)}.
+    replacements: list[dict] = []
 
     def to_json(self) -> dict:
         d = msgspec.to_builtins(self)
@@ -122,6 +125,7 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
     failure = read_job_failure(str(run.path))
     progress = of_run(str(run.path), rec.array_size)
     excluded = read_excluded(str(run.path))
+    attempts = startup.attempts(str(run.path), rec.submitted)
     return RunStatus(run_id=run.id, name=rec.name, site=rec.site, backend=rec.backend,
                      job=str(rec.job_id), path=str(run.path), submitted=rec.submitted,
                      nodes=rec.nodes, ranks_per_node=rec.procs_per_node, state=state,
@@ -134,7 +138,8 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
                                 "time": e.time} for e in excluded],
                      history=_history(str(run.path), excluded),
                      jobs=[str(j) for j in rec.jobs],
-                     startup=startup.attempts(str(run.path), rec.submitted))
+                     startup=attempts, replacements=startup.replacements(str(run.path), attempts))
+
 
 
 def _history(run_dir: str, excluded: list) -> list[dict]:

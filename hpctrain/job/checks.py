@@ -155,6 +155,15 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
             "remove idle_gpus (idle_gpus: null drops a site's)")
     if scheduler.preemption:
         _preemption(spec, where)
+    if spec.resources.spare_nodes:
+        _spares(spec, site, scheduler, where)
+        if spec.resources.spare_nodes > spec.preemption.max_excluded_nodes:
+            # A spare replaces only a node the run leaves out (rank/recovery.py's cap).
+            warnings.append(
+                f"{where(('resources', 'spare_nodes'))}: {spec.resources.spare_nodes} spare(s) but "
+                f"preemption.max_excluded_nodes={spec.preemption.max_excluded_nodes}: a spare takes "
+                "only the place of a node left out, so at most "
+                f"{spec.preemption.max_excluded_nodes} can be used; raise max_excluded_nodes")
     if scheduler.writes_directives:
         _directive_values(spec, site, where)
         from .sbatch_options import check as check_options
@@ -304,6 +313,50 @@ def _resources(spec, site, scheduler, where, warnings) -> None:
     if r.gpus_per_node and ppn < r.gpus_per_node:
         warnings.append(f"{r.gpus_per_node - ppn} of {r.gpus_per_node} GPUs per node stay idle "
                         f"(procs_per_node={ppn})")
+
+
+def _spares(spec: JobSpec, site: SiteProfile, scheduler, where: Origins) -> None:
+    """Spare nodes live in a Slurm allocation and are swapped in by its batch shell's recovery
+    (templates/slurm/requeue.sh.j2, rank/spares.py): refused where that cannot happen."""
+    key = where(("resources", "spare_nodes"))
+    k = spec.resources.spare_nodes
+    if scheduler.no_spares:
+        raise HpctrainError(
+            f"'resources.spare_nodes' is {k}, but site '{site.name}' (scheduler "
+            f"{scheduler.name}) cannot keep spare nodes: {scheduler.no_spares}", key,
+            "remove resources.spare_nodes, or use a Slurm site")
+    if not (spec.preemption.enabled and spec.preemption.requeue):
+        raise HpctrainError(
+            f"'resources.spare_nodes' is {k}, but preemption.enabled or preemption.requeue is "
+            "false: a spare takes a failed node's place in the batch shell's recovery after a "
+            "failure, which that turns off", key,
+            "remove resources.spare_nodes, or leave preemption.enabled and preemption.requeue on")
+    if site.head.mode == "interface":
+        raise HpctrainError(
+            f"'resources.spare_nodes' is {k}, but site '{site.name}' finds the rendezvous head "
+            "by an interface address of the batch shell's node (head.mode: interface): with "
+            "spares the head is the first node chosen, which need not be that node", key,
+            "use head.mode nodename or suffix on this site, or remove resources.spare_nodes")
+    limit = site.limits.max_nodes
+    if limit is not None and spec.resources.nodes + k > limit:
+        raise HpctrainError(
+            f"resources.nodes + resources.spare_nodes = {spec.resources.nodes + k}, but site "
+            f"'{site.name}' allows at most {limit} nodes", key,
+            f"ask for {max(0, limit - spec.resources.nodes)} spare(s) or fewer")
+
+
+def spare_cost(spec: JobSpec) -> str:
+    """What the spares cost, for validate: they are allocated, and charged, for the whole time."""
+    r = spec.resources
+    hours = slurm_seconds(r.time) / 3600
+    total = r.nodes + r.spare_nodes
+    per_node = f" x {r.gpus_per_node} GPU(s) per node" if r.gpus_per_node else ""
+    amount = hours * total * (r.gpus_per_node or 1)
+    spare = hours * r.spare_nodes * (r.gpus_per_node or 1)
+    what = "GPU-hours" if r.gpus_per_node else "node-hours"
+    return (f"{r.spare_nodes} idle beside {r.nodes}: ({r.nodes}+{r.spare_nodes}) nodes x "
+            f"{r.time}{per_node} = {amount:.4g} {what} at most, {spare:.4g} of them "
+            "for the spares")
 
 
 def _preemption(spec: JobSpec, where: Origins) -> None:

@@ -46,6 +46,9 @@ RUNTIME_NAMES = (
     "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_CPUS_PER_TASK", "SLURMD_NODENAME",
     "SLURM_JOB_NODELIST", "SLURM_RESTART_COUNT", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+    # the flight recorder's size (templates/parts/watch.sh.j2), so a hang in a container names
+    # its culprit from the collectives too
+    "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
 )
 
 # Isaac Sim's caches and their places in Isaac Lab's image (docker/.env.base:

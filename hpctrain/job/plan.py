@@ -68,6 +68,8 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     # The interpreter for hpctrain's own stdlib-only helpers on the host (the failure record,
     # the node preflight): the job's python, or the site's host_python with a container.
     host_python: list[str] = []
+    # resources.spare_nodes: idle nodes of the allocation that replace a blamed one (rank/spares.py)
+    spare_nodes: int = 0
     hang_timeout: int | None = None  # launcher.hang_timeout: the watcher's (rank/watch.py)
     # notify: {url_from, format, events}: the events the job itself sends (rank/notify.py);
     # None when the job has no notify: section or `submit --wait --notify` sends them instead.
@@ -107,7 +109,7 @@ def directive_table(job: Job, run_dir: str, preempt: dict | None) -> list[tuple[
     spec, site, r = job.spec, job.site, job.spec.resources
     d: list[tuple[str, str | None]] = [
         ("job-name", spec.name),
-        ("nodes", str(r.nodes)),
+        ("nodes", str(r.nodes + r.spare_nodes)),  # the spares are in the allocation, idle
         ("ntasks-per-node", "1"),  # one torchrun per node; it starts the ranks
         ("cpus-per-task", str(procs_per_node(spec) * r.cpus_per_proc)),
     ]
@@ -120,6 +122,8 @@ def directive_table(job: Job, run_dir: str, preempt: dict | None) -> list[tuple[
             d.append((key.replace("_", "-"), str(value)))
     if r.exclusive:
         d.append(("exclusive", None))
+    if r.spare_nodes:
+        d.append(("no-kill", None))  # a node's failure leaves the allocation (and its spares)
     d.append(("output", f"{run_dir}/logs/slurm-%j.out"))
     d.append(("open-mode", "append"))  # a requeued run keeps appending to the same log
     d += preemption_directives(preempt)
@@ -144,11 +148,11 @@ def gpu_request(job: Job) -> tuple[str, str] | None:
     return ("gpus-per-node", count) if site.gpu_request == "gpus-per-node" else ("gres", f"gpu:{count}")
 
 
-def health_gate(spec, preflight: bool, launcher: str) -> dict | None:
+def health_gate(spec, preflight: bool, launcher: str, cpu_mode: str) -> dict | None:
     """bootstrap.json's "health" (rank/health.py): the checks and the GPUs each node must show;
     None: no gate. The node check of a multi-node launch runs it, or else each node's launch
     process before torchrun's agent starts (rank/preflight.agent); the tasks launcher has no such
-    process."""
+    process. No CUDA probe where the ranks run on CPU (cpu_mode: on)."""
     h, r = spec.health, spec.resources
     on = h.enabled if h.enabled is not None else r.gpus_per_node > 0
     if not on or (launcher == "tasks" and not (preflight and r.nodes > 1)):
@@ -156,7 +160,8 @@ def health_gate(spec, preflight: bool, launcher: str) -> dict | None:
     return {"expected_gpus": r.gpus_per_node, "gpus": h.gpus, "ecc": h.ecc,
             "row_remap": h.row_remap, "retired_pages": h.retired_pages,
             "foreign_memory_mib": h.foreign_memory_mib, "same_driver": h.same_driver,
-            "timeout": h.timeout, "dcgm_diag": h.dcgm_diag}
+            "timeout": h.timeout, "dcgm_diag": h.dcgm_diag,
+            "require_nvidia_smi": h.require_nvidia_smi, "cuda": h.cuda and cpu_mode != "on"}
 
 
 def netfloor(spec, preflight: bool, job: Job) -> dict | None:
@@ -232,9 +237,10 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
                             and lib.launcher == "torchrun" else None),
         train_hooks=list(lib.train_hooks),
         sample_every=spec.sample_every,
-        idle_gpus=({"below": spec.idle_gpus.below, "for": spec.idle_gpus.seconds}
+        idle_gpus=({"below": spec.idle_gpus.below, "for": spec.idle_gpus.seconds,
+                    "gpus": spec.resources.gpus_per_node}
                    if spec.idle_gpus and spec.sample_every else None),
-        health=health_gate(spec, preflight, lib.launcher),
+        health=health_gate(spec, preflight, lib.launcher, spec.cpu_mode or site.cpu_mode),
         netfloor=netfloor(spec, preflight, job),
         slow_ranks=({"factor": spec.health.slow_rank_factor, "window": spec.health.slow_rank_window,
                      "exclude": spec.health.exclude_slow_nodes}
@@ -255,7 +261,7 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
         bootstrap=bootstrap, warnings=job.warnings, preemption=preempt,
         preflight_timeout=preemption.preflight_timeout(job),
         container=container, host_python=host_python,
-        hang_timeout=spec.launcher.hang_timeout,
+        hang_timeout=spec.launcher.hang_timeout, spare_nodes=spec.resources.spare_nodes,
         notify=({"url_from": spec.notify.url_from, "format": spec.notify.format,
                  "events": list(spec.notify.events)}
                 if spec.notify is not None and job.notify_from_job else None),

@@ -18,7 +18,9 @@
     end-ranks RUN_DIR [GRACE]              end this node's ranks that outlived the launch
     sample RUN_DIR PARENT NNODES           this node's GPU/CPU sampler (sampler.py; launch and agent start it)
     idle-stopped RUN_DIR STATUS [STARTED]  the sampler stopped the run for idle GPUs: its record
+    cuda-probe N                           a tiny CUDA allocation on cuda:0..N-1, one JSON line (health.py)
     notify RUN_DIR VAR FORMAT EVENTS EVENT [DETAIL]  send one event to the webhook in $VAR (notify.py)
+    spares pick|replace RUN_DIR NNODES ALLOCATION ...  an attempt's nodes; a spare for a blamed node (spares.py)
 
 Python runs this file with the folder as sys.path[0]. The folder is loaded as a package under a
 private name instead, so that its modules cannot shadow the program's (a user's `records.py`) or
@@ -54,7 +56,7 @@ USAGE = ("usage: rank run CONFIG.json | launch TIMEOUT TORCHRUN-ARGS... | prefli
          "watch RUN_DIR TIMEOUT | kill-ranks RUN_DIR | stacks RUN_DIR | container RUNTIME... -- RUN-ARGS... | "
          "agent TORCHRUN-ARGS... | stopped RUN_DIR SIG STATUS [STARTED] | end-ranks RUN_DIR [GRACE] | "
          "sample RUN_DIR PARENT NNODES | idle-stopped RUN_DIR STATUS [STARTED] | "
-         "notify RUN_DIR VAR FORMAT EVENTS EVENT [DETAIL]")
+         "notify RUN_DIR VAR FORMAT EVENTS EVENT [DETAIL] | spares pick|replace RUN_DIR NNODES ...")
 
 
 def recover(run_dir: str, max_excluded: int) -> int:
@@ -108,6 +110,12 @@ def main(args: list[str]) -> int:
     if command == "idle-stopped" and len(rest) in (2, 3) and rest[1].lstrip("-").isdigit():
         started = float(rest[2]) if len(rest) == 3 and rest[2].isdigit() else 0.0
         return _module("sampler").idle_stopped(rest[0], int(rest[1]), started)
+    if command == "cuda-probe" and len(rest) == 1 and rest[0].isdigit():
+        import json
+        print(json.dumps(_module("health").probe(int(rest[0]))), flush=True)
+        return 0
+    if command == "spares":
+        return _module("spares").main(rest)
     if command == "notify" and len(rest) in (5, 6):
         return _module("notify").from_job(*rest)
     print(USAGE, file=sys.stderr)

@@ -425,6 +425,9 @@ def main(config_path: str) -> int:
     # The hang watcher sends SIGQUIT before it ends a stuck rank: the log then shows where
     # every thread of it was (the faulthandler writes without the GIL, from a blocked process).
     faulthandler.register(signal.SIGQUIT, all_threads=True, chain=False)
+    # ... and asks for its flight recorder's dump first, when it is on (rank/flight.py).
+    from . import flight
+    flight.start(run_dir, me.rank)
     # `import hpctrain_progress` works in any program under the bootstrap, whatever interpreter
     # runs it and whether hpctrain is installed there (rank/progress.py).
     from . import progress

@@ -12,7 +12,11 @@ code, loading data, blocked in another call — hold it. They are named with the
 frame, and their nodes (where not every node) are blamed, so the requeue leaves them out.
 
 On GPUs NCCL's collectives return at once and the waiting ranks block later in the program's
-own code: there the stacks cannot tell, and the record stays the watcher's.
+own code: there the stacks cannot tell. PyTorch's flight recorder can, on gloo and NCCL alike
+(flight.py): each rank's dump counts the collectives it enqueued in each process group, and the
+ranks whose count lags the others' are the ones those wait for. Its verdict comes first; the
+stacks' where it has none (no dumps: the recorder off, torch not loaded, a rank that could not
+answer).
 """
 from __future__ import annotations
 
@@ -94,27 +98,127 @@ def verdict(stacks: dict[int, list]) -> tuple[list[int], str, list[int]] | None:
     return (culprits, op, waiting) if culprits else None
 
 
+def _count(value) -> int | None:
+    """A pg_status counter: torch writes them as decimal strings ("-1": none yet)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,18}", value):
+        return int(value)
+    return None
+
+
+def enqueued(dump: dict) -> dict[tuple[str, str], int]:
+    """{(recorder, process group id): the sequence number of the last collective this rank
+    enqueued in it} from one rank's flight-recorder answer (flight.read_dump)."""
+    from .flight import RECORDERS
+    out = {}
+    for recorder, _ in RECORDERS:
+        data = dump.get("recorders", {}).get(recorder)
+        status = data.get("pg_status") if isinstance(data, dict) else None
+        if not isinstance(status, dict):
+            continue
+        for pg, counts in list(status.items())[:1000]:
+            last = _count(counts.get("last_enqueued_collective")) if isinstance(counts, dict) else None
+            # torch numbers its process groups; nothing else of a dump reaches the message
+            if re.fullmatch(r"[0-9]{1,9}", pg) and last is not None:
+                out[(recorder, pg)] = last
+    return out
+
+
+def _op(dump: dict, recorder: str, pg: str, seq: int) -> str | None:
+    """The name of collective `seq` of group `pg` in a rank's dump (e.g. gloo:all_reduce)."""
+    data = dump.get("recorders", {}).get(recorder)
+    entries = data.get("entries") if isinstance(data, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        if (isinstance(entry, dict) and str(entry.get("pg_id")) == pg
+                and entry.get("collective_seq_id") == seq and not entry.get("is_p2p")):
+            name = entry.get("profiling_name")
+            return name[:64] if isinstance(name, str) and name.isprintable() else None
+    return None
+
+
+def lagging(dumps: dict[int, dict]) -> tuple[list[int], str, list[int]] | None:
+    """(the ranks whose last collective lags the others', what they lag, the ranks ahead) from
+    the flight-recorder dumps of a hang, or None when every group's ranks are level."""
+    counts = {r: enqueued(d) for r, d in dumps.items()}
+    groups = sorted({g for c in counts.values() for g in c})
+    behind: set[int] = set()
+    said = []
+    ahead: set[int] = set()
+    for recorder, pg in groups:
+        seen = {r: c[(recorder, pg)] for r, c in counts.items() if (recorder, pg) in c}
+        low, high = min(seen.values()), max(seen.values())
+        if len(seen) < 2 or low == high:
+            continue
+        late = sorted(r for r, n in seen.items() if n == low)
+        early = sorted(r for r, n in seen.items() if n > low)
+        behind.update(late)
+        ahead.update(early)
+        op = _op(dumps[early[0]], recorder, pg, low + 1)
+        group = f"{'NCCL ' if recorder == 'nccl' else ''}process group {pg}"
+        said.append(f"its last collective in {group} was #{low}; rank(s) "
+                    f"{', '.join(map(str, early))} wait in #{low + 1}{f' ({op})' if op else ''}")
+    ahead -= behind
+    if not behind or not ahead:
+        return None
+    return sorted(behind), "; ".join(said), sorted(ahead)
+
+
+def read_dumps(run_dir: str, failure: JobFailure) -> dict[int, dict]:
+    """The hang's flight-recorder dumps (the request's id is in the watcher's record)."""
+    from .flight import read_dump
+    from .records import read_identities
+    token = next((r.get("flight_recorder") for r in failure.ranks
+                  if isinstance(r, dict) and isinstance(r.get("flight_recorder"), str)), None)
+    if token is None:
+        return {}
+    out = {}
+    for ident in read_identities(run_dir):
+        dump = read_dump(run_dir, ident.rank, token)
+        if dump is not None:
+            out[ident.rank] = dump
+    return out
+
+
 def refine(run_dir: str, failure: JobFailure) -> JobFailure:
-    """The watcher's hang record with its culprit named and blamed, when the stacks tell."""
+    """The watcher's hang record with its culprit named and blamed, when the flight recorder
+    or the stacks tell."""
+    from .records import read_identities
     ranks = [r for r in failure.ranks if isinstance(r, dict) and isinstance(r.get("rank"), int)]
+    node = {i.rank: str(i.node or "?") for i in read_identities(run_dir)}
+    node.update({r["rank"]: str(r.get("node") or "?") for r in ranks})
     stacks = {}
     for r in ranks:
         offset = r.get("log_offset")
         stacks[r["rank"]] = read_stack(run_dir, r["rank"],
                                        offset if isinstance(offset, int) and offset > 0 else 0)
-    found = verdict(stacks)
-    if found is None:
-        return failure
-    culprits, op, waiting = found
-    node = {r["rank"]: str(r.get("node") or "?") for r in ranks}
     for r in ranks:
         if stacks.get(r["rank"]):
             r["stack"] = where(stacks[r["rank"]])[1]
-            r["culprit"] = r["rank"] in culprits
-    named = "; ".join(f"rank {c} on {node[c]} (at {where(stacks[c])[1]})" for c in culprits)
-    failure.message = (f"{named} held the others: not in the {op} that rank(s) "
-                       f"{', '.join(map(str, waiting))} waited in. {failure.message}")[:4000]
-    blamed = sorted({node[c] for c in culprits} - {"?"})
+
+    def at(c: int) -> str:
+        return f" (at {where(stacks[c])[1]})" if stacks.get(c) else ""
+    lag = lagging(read_dumps(run_dir, failure))
+    found = verdict(stacks)
+    if lag is not None:
+        culprits, said, _ = lag
+        named = "; ".join(f"rank {c} on {node.get(c, '?')}{at(c)}" for c in culprits)
+        head = f"{named} held the others (flight recorder): {said}."
+    elif found is not None:
+        culprits, op, waiting = found
+        named = "; ".join(f"rank {c} on {node[c]}{at(c)}" for c in culprits)
+        head = (f"{named} held the others: not in the {op} that rank(s) "
+                f"{', '.join(map(str, waiting))} waited in.")
+    else:
+        return failure
+    for r in ranks:
+        r["culprit"] = r["rank"] in culprits
+    if lag is not None and set(culprits) == {r["rank"] for r in ranks}:
+        # The watcher named them already (behind in progress): its words first, then this.
+        failure.message = f"{failure.message}; the flight recorder agrees: {said}"[:4000]
+    else:
+        failure.message = f"{head} {failure.message}"[:4000]
+    blamed = sorted({node.get(c, "?") for c in culprits} - {"?"})
     if set(blamed) != set(node.values()) - {"?"}:
         failure.nodes = blamed
     return failure

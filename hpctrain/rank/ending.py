@@ -130,8 +130,9 @@ def _progress_step(run_dir: str) -> int | None:
 def stopped(run_dir: str, sig: str, status: int, started: float = 0.0) -> int:
     """The launch ended after SIG (this shell's, or the ranks' own): what was saved, where the
     training stopped, how to continue. Exit 1, writing nothing, when a rank failed with an error
-    of its own: that is a failure, not a stop."""
-    if read_rank_failures(run_dir, tasks=False):
+    of its own, or a node failed its check (its health gate): that is a failure, not a stop —
+    the signal the other ranks got was that failure's teardown."""
+    if read_rank_failures(run_dir, tasks=False) or node_failed(run_dir):
         return 1
     sig = sig.removeprefix("SIG") or "TERM"
     stops = _stops(run_dir)
@@ -161,6 +162,15 @@ def stopped(run_dir: str, sig: str, status: int, started: float = 0.0) -> int:
                 "message": message, "time": time.time()}, root=run_dir)
     print(f"STOPPED {message}")
     return 0
+
+
+FAILED_NOTES = "preflight-failed-*.txt"  # rank/preflight.py's notes (FAILED_PREFIX) of a failed check
+
+
+def node_failed(run_dir: str) -> bool:
+    """Whether a node of this attempt failed its check (status/preflight-failed-NODE.txt, which
+    the batch shell clears at each launch)."""
+    return bool(glob.glob(os.path.join(glob.escape(run_dir), "status", FAILED_NOTES)))
 
 
 # ----------------------------------------------------------------------------- leftover ranks

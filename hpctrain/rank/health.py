@@ -5,16 +5,25 @@ Checks (bootstrap.json's "health", from the job's and site's `health:` sections;
 switched off there):
 
 - gpus: the GPUs the plan expects (resources.gpus_per_node) are visible; nvidia-smi answers
-  at all (a driver that does not, or a query that hangs past `timeout`, fails the node);
+  at all (a driver that does not, or a query that hangs past `timeout`, fails the node). A job
+  that asks for GPUs fails closed: a node without nvidia-smi, or whose nvidia-smi answers
+  without a field the gate reads, fails, unless the site allows it (require_nvidia_smi: false);
 - ecc: no uncorrected volatile ECC error on any of them;
 - retired_pages: no page retirement pending (GPUs before Ampere);
 - row_remap: no row remap pending and none failed (Ampere and later);
 - foreign_memory_mib: no GPU holds more memory than this before the job's ranks exist (another
   process, a leftover of an earlier job);
 - same_driver: compared across nodes by the node barrier (preflight.py), not here;
+- cuda: each of the job's GPUs takes a tiny CUDA allocation, through torch in the job's own
+  interpreter and in a process of its own (cuda_probe); where torch is not importable there,
+  the probe is skipped with a note. Off where the ranks run on CPU (cpu_mode: on);
 - dcgm_diag: `dcgmi diag -r 1 -j` (DCGM's quick diagnostic) where dcgmi is installed: a test it
   fails fails the node, named with the GPU and DCGM's own words (off by default: a site that
   runs DCGM turns it on).
+
+Only the job's GPUs are judged (ours): those CUDA_VISIBLE_DEVICES names, and of them the first
+resources.gpus_per_node (the ranks pin cuda:LOCAL_RANK): a display server's memory on another GPU
+of a workstation does not refuse a 1-GPU job.
 
 The verdict is written to status/health/NODE.json (what recovery.py blames a failure on, and
 what `status` shows), and returned. stdlib only: nvidia-smi's CSV output is parsed here.
@@ -26,6 +35,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
 from . import tools
@@ -40,9 +50,12 @@ MAX_OUTPUT = 1 << 20  # bytes of nvidia-smi output read
 _NODE_SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _NA = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "")
 
+# (a bootstrap.json without "cuda", of an earlier version, probes nothing)
 DEFAULTS = {"gpus": True, "ecc": True, "retired_pages": True, "row_remap": True,
-            "foreign_memory_mib": 1024, "same_driver": True, "timeout": 30, "dcgm_diag": False}
+            "foreign_memory_mib": 1024, "same_driver": True, "timeout": 30, "dcgm_diag": False,
+            "require_nvidia_smi": True, "cuda": False}
 DCGM_TIMEOUT = 300  # seconds: a level-1 diagnostic takes tens of them; a hung DCGM no more
+PROBE_TIMEOUT = 180  # seconds for the CUDA probe: torch's import and CUDA's start; a hung driver no more
 MAX_DCGM_PROBLEMS = 64
 
 
@@ -55,11 +68,12 @@ def settings(run_dir: str) -> dict | None:
     return {**DEFAULTS, **health}
 
 
-def _query_tool(args: list[str], timeout: float, tool: str = "nvidia-smi") -> tuple[int, str]:
-    """(exit status, output) of TOOL ARGS, the GPU tools the gate reads (nvidia-smi, dcgmi),
-    bounded; 124 when it did not answer in time."""
+def _query_tool(args: list[str], timeout: float, tool: str = "nvidia-smi",
+                env: dict | None = None) -> tuple[int, str]:
+    """(exit status, output) of TOOL ARGS, the GPU tools the gate reads (nvidia-smi, dcgmi, the
+    CUDA probe), bounded; 124 when it did not answer in time."""
     try:  # read as it comes and capped (rank/tools.py): a tool printing without end is stopped
-        proc = tools.run([tool, *args], timeout=timeout, limit=MAX_OUTPUT)
+        proc = tools.run([tool, *args], timeout=timeout, limit=MAX_OUTPUT, env=env)
     except subprocess.TimeoutExpired:
         return 124, f"{tool} did not answer within {timeout:g} s"
     except tools.ToolOutputTooLarge as exc:
@@ -72,13 +86,21 @@ def _query_tool(args: list[str], timeout: float, tool: str = "nvidia-smi") -> tu
 
 def parse_gpus(text: str) -> list[dict]:
     """The rows of the GPU query (csv, noheader, nounits) as dicts of GPU_FIELDS."""
+    return _parse(text)[0]
+
+
+def _parse(text: str) -> tuple[list[dict], list[str]]:
+    """(the rows of the GPU query, the non-empty lines that are not rows: an answer without
+    a field the gate reads)."""
     names = GPU_FIELDS.split(",")
-    rows = []
+    rows, odd = [], []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == len(names) and parts[0].isdigit():
             rows.append(dict(zip(names, parts)))
-    return rows
+        elif line.strip():
+            odd.append(line.strip())
+    return rows, odd
 
 
 def parse_remaps(text: str) -> dict[str, dict]:
@@ -97,17 +119,20 @@ def parse_remaps(text: str) -> dict[str, dict]:
     return out
 
 
-def ours(rows: list[dict], visible: str | None) -> list[dict]:
+def ours(rows: list[dict], visible: str | None, planned: int = 0) -> list[dict]:
     """The job's GPUs among those nvidia-smi lists: CUDA_VISIBLE_DEVICES's, where it names
-    UUIDs, or indices of a node whose GPUs are not all the job's (no device cgroup)."""
-    if not visible:
-        return rows
-    items = [v.strip() for v in visible.split(",") if v.strip()]
+    UUIDs, or indices of a node whose GPUs are not all the job's (no device cgroup); of those,
+    the first `planned` (the ranks pin cuda:0..planned-1; 0: all of them). Fewer than planned
+    are all kept: the gpus check names the shortfall."""
+    mine = rows
+    items = [v.strip() for v in (visible or "").split(",") if v.strip()]
     if items and all(v.startswith(("GPU-", "MIG-")) for v in items):
-        return [r for r in rows if any(r["uuid"].startswith(v) for v in items)]
-    if items and all(v.isdigit() for v in items) and len(rows) > len(items):
-        return [r for r in rows if r["index"] in items]
-    return rows
+        mine = [r for r in rows if any(r["uuid"].startswith(v) for v in items)]
+    elif items and all(v.isdigit() for v in items) and len(rows) > len(items):
+        # in CUDA_VISIBLE_DEVICES's order: the ranks' cuda:0, cuda:1, ...
+        by_index = {r["index"]: r for r in rows}
+        mine = [by_index[v] for v in dict.fromkeys(items) if v in by_index]
+    return mine[:planned] if 0 < planned < len(mine) else mine
 
 
 def _gpu(row: dict) -> str:
@@ -154,22 +179,24 @@ def gate(cfg: dict, node: str) -> dict:
                      "notes": [], "time": time.time()}
     if shutil.which("nvidia-smi") is None:
         if cfg["expected_gpus"] > 0 and cfg.get("gpus"):
-            verdict["notes"].append("nvidia-smi is not on PATH: the GPUs were not checked")
-        verdict["seconds"] = time.monotonic() - start
+            _unchecked(verdict, cfg, "nvidia-smi is not on PATH")
+        verdict["ok"] = not verdict["problems"]
+        verdict["seconds"] = round(time.monotonic() - start, 3)
         return verdict
     status, out = _query_tool([f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"],
                        cfg["timeout"])
-    rows = parse_gpus(out) if status == 0 else []
-    if status != 0 and "is not a valid field" in out:
-        # This nvidia-smi does not know a field (a driver that renamed one): no verdict on it.
-        verdict["notes"].append(f"nvidia-smi refused the gate's query: {out.strip()[:200]}; the "
-                                "GPUs were not checked")
+    rows, odd = _parse(out) if status == 0 else ([], [])
+    if (status != 0 and "is not a valid field" in out) or (odd and not rows):
+        # This nvidia-smi does not know a field (a driver that renamed one), or answered without
+        # one: the gate cannot judge the GPUs.
+        first = next((line.strip() for line in out.splitlines() if line.strip()), "")
+        _unchecked(verdict, cfg, f"nvidia-smi answered without a field the gate reads ({first[:200]})")
     elif status != 0:
         first = next((line.strip() for line in out.splitlines() if line.strip()), "")
         verdict["problems"].append({"gpu": None, "uuid": None, "check": "gpus", "message":
                                     f"nvidia-smi failed (status {status}): {first[:300]}"})
     else:
-        rows = ours(rows, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        rows = ours(rows, os.environ.get("CUDA_VISIBLE_DEVICES"), cfg["expected_gpus"])
         remaps = None
         if cfg.get("row_remap") and rows:
             code, text = _query_tool([f"--query-remapped-rows={REMAP_FIELDS}", "--format=csv"],
@@ -183,6 +210,10 @@ def gate(cfg: dict, node: str) -> dict:
     verdict["driver"] = drivers[0] if len(drivers) == 1 else (",".join(drivers) or None)
     verdict["gpus"] = [{"index": int(r["index"]), "uuid": r["uuid"], "name": r["name"],
                         "bus": r["pci.bus_id"]} for r in rows]
+    if cfg.get("cuda") and rows and not verdict["problems"] and cfg["expected_gpus"] > 0:
+        problems, notes = cuda_probe(rows)
+        verdict["problems"] += problems
+        verdict["notes"] += notes
     if cfg.get("dcgm_diag"):
         if shutil.which("dcgmi") is None:
             verdict["notes"].append("dcgmi is not on PATH: the DCGM diagnostic was not run")
@@ -191,6 +222,92 @@ def gate(cfg: dict, node: str) -> dict:
     verdict["ok"] = not verdict["problems"]
     verdict["seconds"] = round(time.monotonic() - start, 3)
     return verdict
+
+
+def _unchecked(verdict: dict, cfg: dict, why: str) -> None:
+    """The gate cannot read the GPUs of a job that asks for some: the node fails (fail closed),
+    unless the site allows nodes it cannot check (health.require_nvidia_smi: false)."""
+    if cfg.get("require_nvidia_smi", True):
+        verdict["problems"].append({"gpu": None, "uuid": None, "check": "gpus", "message": (
+            f"{why}: the job asks for {cfg['expected_gpus']} GPU(s) a node and the health gate "
+            "cannot check them (a site whose nodes have no nvidia-smi sets "
+            "health.require_nvidia_smi: false)")})
+    else:
+        verdict["notes"].append(f"{why}: the GPUs were not checked (health.require_nvidia_smi: false)")
+
+
+# ----------------------------------------------------------------------------- CUDA probe
+
+def cuda_probe(rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """(problems, notes): each GPU of `rows` takes a tiny CUDA allocation. In a process of its
+    own (`rank cuda-probe N`), so that the agent, which lives as long as the training, holds no
+    CUDA context (memory on every GPU); with this process's interpreter, the job's own (the
+    gate runs in the launch step under it), so its torch and CUDA are the training's. Its
+    CUDA_VISIBLE_DEVICES lists the GPUs by UUID, in the job's order: cuda:I is rows[I]."""
+    env = dict(os.environ)
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    if "MIG-" not in visible:  # a MIG slice is named by its own UUID: keep the job's list
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(r["uuid"] for r in rows)
+    here = os.path.dirname(os.path.abspath(__file__))
+    status, out = _query_tool([here, "cuda-probe", str(len(rows))], PROBE_TIMEOUT,
+                              tool=sys.executable, env=env)
+    return probe_verdict(rows, status, out)
+
+
+def probe_verdict(rows: list[dict], status: int, out: str) -> tuple[list[dict], list[str]]:
+    """The gate's problems and notes from the probe's exit status and output (its last line is
+    probe()'s JSON)."""
+    lines = [line for line in out.splitlines() if line.strip()]
+    try:
+        said = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        said = None
+    if status != 0 or not isinstance(said, dict):
+        last = (lines[-1] if lines else "no output").strip()
+        return [{"gpu": None, "uuid": None, "check": "cuda", "message":
+                 f"the CUDA probe failed (status {status}): {last[:300]}"}], []
+    if isinstance(said.get("skip"), str):
+        return [], [f"CUDA not probed: {said['skip'][:300]}"]
+    if isinstance(said.get("error"), str):
+        return [{"gpu": None, "uuid": None, "check": "cuda", "message":
+                 f"CUDA cannot use the GPUs nvidia-smi lists: {said['error'][:300]}"}], []
+    problems = []
+    for item in said.get("failed") or []:
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], int) \
+                and 0 <= item[0] < len(rows):
+            row = rows[item[0]]
+            problems.append({"gpu": int(row["index"]), "uuid": row["uuid"], "check": "cuda",
+                             "message": f"{_gpu(row)}: a tiny CUDA allocation failed: "
+                                        f"{str(item[1])[:300]}"})
+    return problems, []
+
+
+def probe(count: int) -> dict:
+    """`rank cuda-probe N`, in its own process: a tiny allocation and a sum on cuda:0..N-1, each
+    synchronized. {"skip": why} without torch, {"error": why} when CUDA sees fewer devices,
+    else {"failed": [[ordinal, error], ...]} (empty: every GPU works)."""
+    try:
+        import torch
+    except ImportError as exc:
+        return {"skip": f"torch is not importable by {sys.executable} ({exc})"}
+    try:
+        available = torch.cuda.is_available()
+        found = torch.cuda.device_count() if available else 0
+    except Exception as exc:  # noqa: BLE001 (the driver's errors come in many kinds)
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    if found < count:
+        return {"error": f"torch sees {found} CUDA device(s) of the {count} the job uses"
+                         + ("" if available else " (torch.cuda.is_available() is False)")}
+    failed = []
+    for i in range(count):
+        try:
+            x = torch.ones(16, device=f"cuda:{i}")
+            if float((x + x).sum().item()) != 32.0:
+                raise RuntimeError("1 + 1 is not 2 on this GPU")
+            torch.cuda.synchronize(i)
+        except Exception as exc:  # noqa: BLE001
+            failed.append([i, f"{type(exc).__name__}: {exc}"])
+    return {"failed": failed}
 
 
 def dcgm_diag() -> list[dict]:

@@ -26,14 +26,15 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .records import read_bytes
 
-EVENTS = ("start", "preempted", "requeued", "hang", "node_excluded", "completed", "failed",
-          "stopped")
+EVENTS = ("start", "preempted", "requeued", "hang", "node_excluded", "node_replaced",
+          "completed", "failed", "stopped")
 FORMATS = ("json", "ntfy", "slack", "discord")
 RECORD = "status/notify.jsonl"
 JOB_TIMEOUT = 3.0  # seconds a send from the job may take: it never holds the job longer
 
 _TITLE = {"start": "started", "preempted": "was preempted", "requeued": "was requeued",
-          "hang": "hangs", "node_excluded": "left a node out", "completed": "completed",
+          "hang": "hangs", "node_excluded": "left a node out",
+          "node_replaced": "replaced a node with a spare", "completed": "completed",
           "failed": "failed", "stopped": "was stopped"}
 
 
@@ -48,7 +49,8 @@ def request(fmt: str, event: str, info: dict) -> tuple[bytes, dict[str, str]]:
     """The body and headers a webhook of this format takes."""
     text = message(event, info)
     if fmt == "ntfy":  # the body is the message; the title and tags go in headers
-        tags = "warning" if event in ("failed", "hang", "preempted", "node_excluded") else "ok"
+        tags = "warning" if event in ("failed", "hang", "preempted", "node_excluded",
+                                          "node_replaced") else "ok"
         return text.encode(), {"Title": f"hpctrain: {event}", "Tags": tags,
                                "Content-Type": "text/plain; charset=utf-8"}
     if fmt == "slack":

@@ -38,6 +38,22 @@ def is_node_fault(failure: RankFailure) -> bool:
     return bool(NODE_FAULTS.search(failure.error or ""))
 
 
+DOWN_FILE = "nodes-down.txt"  # the batch shell's: the attempt's nodes Slurm reports down
+_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def down_nodes(run_dir: str) -> list[str]:
+    """The nodes of the last attempt that Slurm reported down, drained or not responding when
+    its launch failed (written with resources.spare_nodes: templates/slurm/requeue.sh.j2)."""
+    from .records import read_lines
+    try:
+        lines = read_lines(os.path.join(run_dir, "status", DOWN_FILE), limit=1 << 16)
+    except (OSError, ValueError):
+        return []
+    names = [x.decode(errors="replace").strip() for x in lines[:1000]]
+    return list(dict.fromkeys(n for n in names if _NODE.fullmatch(n)))
+
+
 def blamed_nodes(run_dir: str, reason: str, ranks: list[RankFailure]) -> list[str]:
     """The nodes a failure of `reason` blames (for status/failure.json)."""
     if reason == "preflight":
@@ -53,6 +69,8 @@ def blamed_nodes(run_dir: str, reason: str, ranks: list[RankFailure]) -> list[st
         if isinstance(nodes, list):
             out += [n for n in nodes if isinstance(n, str) and n not in out]
         return out
+    if reason == "ranks" and (down := down_nodes(run_dir)):
+        return down  # Slurm took them away mid-attempt: every rank's error follows from that
     if reason == "ranks":
         first = first_failure(ranks)
         if first is not None and is_node_fault(first) and first.node not in ("", "?"):

@@ -24,9 +24,10 @@ On the Slurm head node it also records the allocation at the start of each attem
 (`scontrol show job -o`: status/allocation-JOB-ATTEMPT.json): the report's GPU-hours where the
 cluster keeps no accounting for sacct to answer.
 
-Idle GPUs (bootstrap.json's idle_gpus {below, for}): each node writes status/idle-NODE.json when
-all of its GPUs went below the threshold after the training's first step (and when they came
-back); once every node's have stayed
+Idle GPUs (bootstrap.json's idle_gpus {below, for, gpus}): each node writes status/idle-NODE.json
+when all of the job's GPUs on it (own_gpus: Slurm's binding, else the planned count; never
+another job's on a shared node) went below the threshold, from the start on: a run stuck before
+its first step idles too (and when they came back); once every node's have stayed
 below for the window, status/idle-stop.json records it and this node's ranks get SIGTERM — the
 stop path of a preemption: they save at the next iteration boundary and exit, and the batch shell
 ends the job as stopped for idle GPUs (`rank idle-stopped`), not requeued.
@@ -90,6 +91,27 @@ def _settings(run_dir: str) -> tuple[float, dict | None]:
             and isinstance(idle.get("for"), (int, float))):
         idle = None
     return every, idle
+
+
+def own_gpus(env, planned: int) -> tuple[set, set] | None:
+    """(indices, UUIDs) of the GPUs this node's part of the job was given: Slurm's binding
+    (SLURM_STEP_GPUS, SLURM_JOB_GPUS: nvidia-smi's indices), else CUDA_VISIBLE_DEVICES (indices
+    or UUIDs); where none says (count-only GRES, a site without binding, the local site): the
+    GPUs the job planned per node, 0..planned-1, the ones its ranks take by local rank. None
+    (every GPU) only when not even the plan says."""
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        words = [w.strip() for w in env.get(name, "").split(",")[:1024] if w.strip()]
+        if words:
+            return ({int(w) for w in words if w.isdigit() and len(w) < 6},
+                    {w for w in words if w.startswith(("GPU-", "MIG-")) and len(w) < 128})
+    return (set(range(min(planned, 1024))), set()) if planned > 0 else None
+
+
+def _planned_gpus(run_dir: str) -> int:
+    """The GPUs per node the job asked for: idle_gpus "gpus" in bootstrap.json (plan.py)."""
+    _, idle = _settings(run_dir)
+    gpus = (idle or {}).get("gpus")
+    return gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else 0
 
 
 def tasks_nnodes() -> int:
@@ -201,6 +223,7 @@ class Sampler:
         self.seen_gpus: set = set()
         self.idle_since: float | None = None
         self.stopped = False
+        self.own_gpus = own_gpus(os.environ, _planned_gpus(run_dir))
         self.first_step = False
         self.cpu_prev: dict[int, tuple[float, float]] = {}
 
@@ -274,13 +297,20 @@ class Sampler:
             except OSError:
                 continue
 
+    def owns(self, index: int, uuid: str) -> bool:
+        """Whether this GPU is the job's: another job's GPU on a shared node is never judged."""
+        return self.own_gpus is None or index in self.own_gpus[0] or uuid in self.own_gpus[1]
+
     def idle_path(self, node: str) -> str:
         return os.path.join(self.status, f"idle-{_file_node(node)}.json")
 
     def check_idle(self, now: float, utils: list) -> None:
-        # The window starts at the training's first step: starting, loading and the rendezvous
-        # are not idling (and ranks signalled before their stop handler is in would not save).
-        if self.idle is None or self.stopped or not utils or not self.first_step:
+        # The window counts from the sampler's start too: a run stuck before training (or one
+        # that never reports progress) idles its GPUs as surely as one stuck after its first
+        # step, and costs the most. The window is long beside starting and loading; a rank
+        # signalled before its stop handler is in ends at once, and the batch shell still says
+        # STOPPED (rank idle-stopped), not failed.
+        if self.idle is None or self.stopped or not utils:
             return
         below, window = float(self.idle["below"]), float(self.idle["for"])
         idle = all(u is not None and u < below for u in utils)
@@ -406,7 +436,7 @@ class Sampler:
                 self.seen_gpus.add((index, uuid))
                 self.write({"kind": "gpu", "index": index, "uuid": uuid, "mem_total": total})
         self.write({"t": round(now, 3), "g": [[r[0], r[2], r[3], r[5]] for r in group]})
-        self.check_idle(now, [r[2] for r in group])
+        self.check_idle(now, [r[2] for r in group if self.owns(r[0], r[1])])
         self.tick(now)
 
     def ranks(self) -> None:

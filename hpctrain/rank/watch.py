@@ -10,8 +10,9 @@ host, reading the run directory every rank writes to). A rank shows progress by
 When the newest sign of life of every rank is older than the timeout, the watcher names the
 stuck ranks — those furthest behind (in a lockstep training the rank that blocks first stops
 one iteration before the others, which then wait for it in their next collective), or every
-rank when none is behind — with their nodes, writes status/failure.json (reason "hang") and
-exits 3. The batch shell then ends the ranks (`RUN_DIR/rank kill-ranks RUN_DIR` on every node:
+rank when none is behind — with their nodes; where PyTorch's flight recorder is on, it asks
+every rank for its dump first (flight.py, at most flight.WAIT s), which culprit.py compares at
+the end. It writes status/failure.json (reason "hang") and exits 3. The batch shell then ends the ranks (`RUN_DIR/rank kill-ranks RUN_DIR` on every node:
 SIGQUIT first, which the bootstrap turns into a stack dump of every thread in the rank's log,
 then SIGKILL): torchrun restarts them from the newest checkpoint while launcher.max_restarts
 allows, and after that the job ends and is requeued while preemption.max_requeues allows
@@ -113,6 +114,11 @@ def watch(run_dir: str, timeout: float, poll: float | None = None) -> int:
         hang = scan(run_dir, since, time.time(), timeout)
         if hang is None:
             continue
+        from . import flight
+        if flight.enabled():
+            token = flight.ask(run_dir, sorted(i.rank for i in read_identities(run_dir)))
+            for r in hang.ranks:
+                r["flight_recorder"] = token
         write_job_failure(run_dir, JobFailure(
             reason="hang", exit_status=HANG_STATUS, message=hang.message, ranks=hang.ranks,
             job_id=os.environ.get("HPCTRAIN_JOB_ID"),
@@ -143,19 +149,32 @@ def node_ranks(run_dir: str) -> tuple[str, list[RankIdentity]]:
                 if i.node == me and i.pid and _is_rank(i.pid, run_dir)]
 
 
-def kill_ranks(run_dir: str, grace: float = 2.0) -> int:
-    """End this node's ranks of the run: SIGQUIT (a stack dump in each rank's log), then
-    SIGKILL. Run on every node by the batch shell after a hang."""
+def _dumped(run_dir: str, rank: int, offset: int) -> bool:
+    """A stack dump has reached the rank's log past `offset`."""
+    from .culprit import read_stack
+    return read_stack(run_dir, rank, offset) is not None
+
+
+def kill_ranks(run_dir: str, grace: float = 5.0) -> int:
+    """End this node's ranks of the run: SIGQUIT (a stack dump in each rank's log), then,
+    once every dump is in its log (or after `grace` s), SIGKILL. Run on every node by the batch
+    shell after a hang. The wait is what makes the stacks there when culprit.py reads them: the
+    dump goes through the rank's output pipe and its tee process, which a loaded node may run
+    late, and which the end of the launch step may kill with its unwritten lines."""
     me, ranks = node_ranks(run_dir)
     pids = [i.pid for i in ranks]
+    offsets = {i.rank: _log_size(run_dir, i.rank) for i in ranks}
     for pid in pids:
         try:
             os.kill(pid, signal.SIGQUIT)
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_is_rank(p, run_dir) for p in pids):
+    waiting = [i for i in ranks]
+    while waiting and time.monotonic() < deadline:
         time.sleep(0.1)
+        waiting = [i for i in waiting
+                   if _is_rank(i.pid, run_dir) and not _dumped(run_dir, i.rank, offsets[i.rank])]
     killed = 0
     for pid in pids:
         try:

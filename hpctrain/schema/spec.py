@@ -49,6 +49,10 @@ class _Strict(Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=Tr
 class Resources(_Strict):
     nodes: Annotated[Annotated[int, Meta(ge=1, le=100_000)], Meta(description=(
             "nodes of the job; one torchrun on each"))] = 1
+    spare_nodes: Annotated[Annotated[int, Meta(ge=0, le=64)], Meta(description=(
+            "idle nodes beside `nodes` in the same allocation (Slurm): a node a "
+            "failure blames is replaced by one at once, without a requeue; each "
+            "costs its time like a working node"))] = 0
     gpus_per_node: Annotated[Annotated[int, Meta(ge=0, le=4096)], Meta(description=(
             "GPUs per node; every rank sees all of them and the bootstrap pins "
             "cuda:LOCAL_RANK"))] = 0
@@ -260,8 +264,8 @@ class Search(_Strict):
             "when larger"))] = None
 
 
-NotifyEvent = Literal["start", "preempted", "requeued", "hang", "node_excluded", "completed",
-                      "failed", "stopped"]
+NotifyEvent = Literal["start", "preempted", "requeued", "hang", "node_excluded",
+                      "node_replaced", "completed", "failed", "stopped"]
 
 
 class Notify(_Strict):
@@ -274,7 +278,7 @@ class Notify(_Strict):
             "Discord's"))] = "json"
     events: Annotated[list[NotifyEvent], Meta(description=(
             "the events sent: start, preempted, requeued, hang, node_excluded, "
-            "completed, failed, stopped"))] = field(default_factory=lambda: list(
+            "node_replaced, completed, failed, stopped"))] = field(default_factory=lambda: list(
                 NotifyEvent.__args__))
 
 
@@ -323,6 +327,14 @@ class Health(_Strict):
     timeout: Annotated[Seconds, Meta(description=(
             "seconds one nvidia-smi query may take before the node counts as "
             "unhealthy"))] = 30
+    require_nvidia_smi: Annotated[bool, Meta(description=(
+            "a job that asks for GPUs fails a node whose nvidia-smi is missing or answers "
+            "without a field the gate reads; false: such a node passes unchecked, with a "
+            "note (a site without NVIDIA's tools)"))] = True
+    cuda: Annotated[bool, Meta(description=(
+            "each of the job's GPUs takes a tiny CUDA allocation (torch, in the job's "
+            "interpreter) before training; skipped with a note where torch is not "
+            "importable, and where the ranks run on CPU (cpu_mode: on)"))] = True
     dcgm_diag: Annotated[bool, Meta(description=(
             "also run DCGM's quick diagnostic (dcgmi diag -r 1) on each node where dcgmi "
             "is installed; a test it fails fails the node"))] = False

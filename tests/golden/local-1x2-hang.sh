@@ -115,6 +115,10 @@ LAUNCH=(python "$RUN_DIR/rank" agent --standalone --nnodes=1 --nproc-per-node=2 
 # names the stuck ranks in status/failure.json and exits 3; the ranks are then ended on every
 # node (a stack dump in each rank's log first) and torchrun restarts them from the newest
 # checkpoint while launcher.max_restarts allows; after that the job ends (and is requeued).
+# PyTorch's flight recorder counts every collective of each rank (gloo's and NCCL's): the watcher
+# asks each rank for its dump, and the rank whose last collective lags the others' is named
+# (rank/flight.py). A value of your own (TORCH_FR_BUFFER_SIZE, or TORCH_NCCL_TRACE_BUFFER_SIZE) wins.
+export TORCH_FR_BUFFER_SIZE="${TORCH_FR_BUFFER_SIZE:-${TORCH_NCCL_TRACE_BUFFER_SIZE:-2000}}"
 HANGS=0
 watch_start() {
   python "$RUN_DIR/rank" watch "$RUN_DIR" 120 &

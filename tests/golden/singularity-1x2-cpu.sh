@@ -55,17 +55,39 @@ job_view() {
   esac
 }
 
+# The nodes the job leaves out (its ExcNodeList: sbatch --exclude, earlier requeues) and NODES
+# (comma-separated), as one comma-separated list.
+left_out_with() {  # NODES
+  local current
+  current=$(scontrol -o show job "$SLURM_JOB_ID" | grep -o 'ExcNodeList=[^ ]*' | cut -d= -f2) || true
+  [[ "$current" != "(null)" ]] || current=""
+  { [[ -z "$current" ]] || scontrol show hostnames "$current"; tr ',' '\n' <<<"$1"; } | sort -u | paste -sd, -
+}
+
+# Why no node can take the place of NODES (comma-separated), or status 1 when one can: the
+# job's partition(s) must hold as many nodes as it needs that are up (idle, allocated, mixed,
+# completing) and not left out. Otherwise a requeue could only wait for ever, or run on the bad
+# node again: the caller ends the job, naming the node and its fault.
+no_spare() {  # NODES
+  local info parts need left usable
+  info=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null) || return 1
+  parts=$(grep -o ' Partition=[^ ]*' <<<" $info" | cut -d= -f2) || return 1
+  need=$(grep -o ' NumNodes=[0-9]*' <<<" $info" | cut -d= -f2) || return 1
+  left=$(left_out_with "$1") || return 1
+  usable=$(sinfo -h -N -p "$parts" -o '%N %t' 2>/dev/null | awk '$2 ~ /^(idle|alloc|mix|comp)$/ {print $1}' | sort -u | comm -23 - <(tr ',' '\n' <<<"$left" | sort -u) | wc -l) || return 1
+  (( usable < need )) || return 1
+  echo "no node can take the place of $1: partition $parts has $usable usable node(s) besides those left out ($left), the job needs $need"
+}
+
 # Requeue now, leaving NODES (comma-separated) out of the next allocation. Slurm ends this
 # shell at once; a job's ExcNodeList can change only while it is pending, so with nodes to
 # leave out it is requeued held, changed, released — those three with the signals ignored.
 requeue_job() {  # [NODES]
-  local nodes=${1:-} out current all
+  local nodes=${1:-} out all
   if [[ -z "$nodes" ]]; then
     out=$(scontrol requeue "$JOB_REF" 2>&1) || { record_failure requeue 75 "scontrol requeue $JOB_REF failed: $out"; die "scontrol requeue $JOB_REF failed: $out"; }
   else
-    current=$(scontrol -o show job "$SLURM_JOB_ID" | grep -o 'ExcNodeList=[^ ]*' | cut -d= -f2) || true
-    [[ "$current" != "(null)" ]] || current=""
-    all=$( { [[ -z "$current" ]] || scontrol show hostnames "$current"; tr ',' '\n' <<<"$nodes"; } | sort -u | paste -sd, -)
+    all=$(left_out_with "$nodes")
     out=$(trap '' TERM HUP INT; scontrol requeuehold "$JOB_REF" 2>&1 && scontrol update JobId="$JOB_REF" ExcNodeList="$all" 2>&1 && scontrol release "$JOB_REF" 2>&1) || { record_failure requeue 75 "requeue of $JOB_REF without $all failed: $out"; die "requeue of $JOB_REF without $all failed: $out"; }
   fi
   # Slurm now ends this run (SIGTERM, then SIGKILL) and queues the job again.
@@ -101,11 +123,14 @@ required_among() {  # NODES
 # a hang: rank/recovery.py), leaving the nodes it blames out; otherwise the caller ends the job.
 requeue_after_failure() {
   # A cancel during a step fails the step too (the preflight, or the ranks): what Slurm is doing
-  # to the job decides first, so that a cancelled or timed-out job is never requeued.
+  # to the job decides first, so that a cancelled or timed-out job is never requeued. A node that
+  # failed its check wins over any other signal: requeued, the job must leave that node out.
   local view
   view=$(job_view)
-  [[ "$view" != ending && -z "$SIGNALLED" ]] || after_signal "$view"
-  local count=${SLURM_RESTART_COUNT:-0} verdict="" nodes="" why=""
+  if [[ "$view" == ending ]] || { [[ -n "$SIGNALLED" ]] && ! node_failed; }; then
+    after_signal "$view"
+  fi
+  local count=${SLURM_RESTART_COUNT:-0} verdict="" nodes="" why="" spare
   read -r verdict nodes why < <(python3 "$RUN_DIR/rank" recover "$RUN_DIR" 2 2>&1) || true
   if [[ "$verdict" != requeue ]]; then
     log "recovery: not requeueing: ${why:-$verdict}"
@@ -118,6 +143,10 @@ requeue_after_failure() {
   [[ "$nodes" != "-" ]] || nodes=""
   if [[ -n "$nodes" ]] && required_among "$nodes"; then
     log "recovery: not requeueing after the $why: the job requires those nodes (its node list names them), so a requeue without them could never start"
+    return 0
+  fi
+  if [[ -n "$nodes" ]] && spare=$(no_spare "$nodes"); then
+    log "recovery: not requeueing after the $why: $spare"
     return 0
   fi
   log "recovery: $why: requeueing job $JOB_REF${nodes:+ without $nodes} (requeue $(( count + 1 )) of at most 3); the next run resumes from the newest checkpoint"
@@ -172,6 +201,12 @@ wait_for_grace() {
 # signals them, not this shell.
 ranks_signalled() {
   compgen -G "$RUN_DIR/status/stop-*.json" >/dev/null
+}
+
+# A node failed its check (rank/preflight.py writes status/preflight-failed-NODE.txt): the job
+# failed there, whatever signals the launch's teardown sent the other nodes' processes.
+node_failed() {
+  compgen -G "$RUN_DIR/status/preflight-failed-*.txt" >/dev/null
 }
 
 # After a signal (this shell's, or the ranks' and the scheduler says it preempts the job).
@@ -229,7 +264,7 @@ export HPCTRAIN_HEAD=localhost
 # task's own environment as SINGULARITYENV_NAME (a secret's value never appears in this
 # file nor in an argument list that other users of the node could read).
 # shellcheck disable=SC2016,SC2154
-CONTAINER=(bash -c 'for v in NCCL_SOCKET_IFNAME TORCH_ELASTIC_SHUTDOWN_TIMEOUT WANDB_RUN_ID WANDB_RESUME WANDB_DIR HPCTRAIN_TENSORBOARD_DIR HPCTRAIN_RUN_DIR HPCTRAIN_JOB_NAME HPCTRAIN_SITE HPCTRAIN_LIBRARY HPCTRAIN_JOB_ID HPCTRAIN_PORT HPCTRAIN_SPARE_PORT HPCTRAIN_HEAD HPCTRAIN_NODES SLURM_JOB_ID SLURM_STEP_ID SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS SLURM_NTASKS_PER_NODE SLURM_CPUS_PER_TASK SLURMD_NODENAME SLURM_JOB_NODELIST SLURM_RESTART_COUNT SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID CUDA_VISIBLE_DEVICES NVIDIA_VISIBLE_DEVICES; do [[ -z "${!v+x}" ]] || export "SINGULARITYENV_$v=${!v}"; done; exec "$@"' hpctrain-container
+CONTAINER=(bash -c 'for v in NCCL_SOCKET_IFNAME TORCH_ELASTIC_SHUTDOWN_TIMEOUT WANDB_RUN_ID WANDB_RESUME WANDB_DIR HPCTRAIN_TENSORBOARD_DIR HPCTRAIN_RUN_DIR HPCTRAIN_JOB_NAME HPCTRAIN_SITE HPCTRAIN_LIBRARY HPCTRAIN_JOB_ID HPCTRAIN_PORT HPCTRAIN_SPARE_PORT HPCTRAIN_HEAD HPCTRAIN_NODES SLURM_JOB_ID SLURM_STEP_ID SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS SLURM_NTASKS_PER_NODE SLURM_CPUS_PER_TASK SLURMD_NODENAME SLURM_JOB_NODELIST SLURM_RESTART_COUNT SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID CUDA_VISIBLE_DEVICES NVIDIA_VISIBLE_DEVICES TORCH_FR_BUFFER_SIZE TORCH_NCCL_TRACE_BUFFER_SIZE; do [[ -z "${!v+x}" ]] || export "SINGULARITYENV_$v=${!v}"; done; exec "$@"' hpctrain-container
   singularity exec --cleanenv --bind /runs/ddp-check/RUN_ID:/runs/ddp-check/RUN_ID --bind /work/job:/work/job --pwd /opt/work docker://python:3.11)
 
 # --- launch ---------------------------------------------------------------------------------
@@ -273,7 +308,13 @@ fi
 # Ranks whose rate stayed below 0.8x the median for 300 s are named (rank/slow.py, status/slow.json).
 SLOW=$(python3 "$RUN_DIR/rank" slow "$RUN_DIR" 2 2>&1) || true
 while IFS= read -r line; do [[ -z "$line" ]] || log "$line"; done <<<"$SLOW"
-if [[ -n "$SIGNALLED" ]]; then
+if (( STATUS != 0 )) && node_failed; then
+  # A node failed its check; the launch's teardown then signalled the other nodes' processes.
+  # Their stop notes, or a signal meanwhile, did not end the job: the node's failure (below)
+  # did, and a requeue leaves that node out. Only a cancel or the time limit goes first.
+  VIEW=$(job_view)
+  [[ "$VIEW" != ending ]] || after_signal "$VIEW"
+elif [[ -n "$SIGNALLED" ]]; then
   after_signal "$(job_view)"
 elif (( STATUS != 0 )) || ranks_signalled; then
   # A preemption signals the ranks only: they stopped (or died) on their own.

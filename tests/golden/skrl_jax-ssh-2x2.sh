@@ -766,6 +766,8 @@ LAUNCH=(on_hosts --gather @tasks)
 # hang until the time limit; here the job stops within 60 s and names the node.
 export HPCTRAIN_NODES
 HPCTRAIN_NODES=$(echo "$NODELIST" | paste -sd, -)
+# An earlier attempt's verdicts (rank/preflight.py).
+rm -f "$RUN_DIR"/status/preflight-failed-*.txt
 log "preflight: $NNODES nodes must reach $HEAD:$PORT within 60 s"
 PREFLIGHT_STATUS=0
 PREFLIGHT_OUT=$(on_hosts --nodeid \

@@ -1,6 +1,7 @@
 """Issue 29, item 6, on this machine with the real torchrun and gloo: rank 1 sleeps before the
-all-reduce rank 0 waits in, nobody reports progress; the hang watcher ends both (their stacks
-dumped to their logs), and the failure record names rank 1, the one not in the all-reduce."""
+all-reduce rank 0 waits in, nobody reports progress; the hang watcher asks both for their flight
+recorder's dump and ends them (their stacks dumped to their logs), and the failure record names
+rank 1, whose last collective lags rank 0's (issue 40)."""
 from __future__ import annotations
 
 import sys
@@ -21,6 +22,8 @@ def test_the_rank_not_in_the_collective_is_named(cli, tmp_path):
     st = wait_state(cli, run_dir.name, {"FAILED", "COMPLETED"}, timeout=120)
     assert st["state"]["state"] == "FAILED", st
     assert st["ended"].startswith("hang: rank 1 on ") and "(at late_rank.py:" in st["ended"], st
-    assert "not in the all_reduce that rank(s) 0 waited in" in st["ended"], st
+    # PyTorch's flight recorder, asked by the watcher (rank/flight.py), tells it first.
+    assert ("held the others (flight recorder): its last collective in process group 0 was #1; "
+            "rank(s) 0 wait in #2 (gloo:all_reduce). ") in st["ended"], st
     text = cli("status", run_dir.name).stdout
     assert "ended     hang: rank 1 on " in text, text

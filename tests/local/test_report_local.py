@@ -93,6 +93,9 @@ def test_report_matches_the_streamed_samples(cli, tmp_path, monkeypatch):
 
 def test_idle_gpus_stop_the_run_with_its_save(cli, tmp_path, monkeypatch):
     _env(monkeypatch, tmp_path, "1,4,0,2")
+    # Busy until the training's first report, then idle: the stop comes while it trains, so it
+    # saves (an idle window from the start would stop it while it still imports: nothing to save).
+    monkeypatch.setenv("FAKE_SMI_BUSY_UNTIL", str(tmp_path / "runs" / "*" / "*" / "status" / "progress-*.json"))
     run_dir = _submit(cli, "args=[--updates,2000,--save-interval,1000,--sleep,0.2,--num-envs,8,--steps,16]",
                       "idle_gpus.below=5", "idle_gpus.for=3", "resources.procs_per_node=1")
     st = _done(cli, run_dir.name, timeout=240)

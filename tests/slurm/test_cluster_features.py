@@ -1,6 +1,7 @@
 """The local test cluster's machinery, exercised for real (tests/cluster/README.md):
-partition-priority preemption, a node whose own name resolves to loopback, an sshd per node,
-a login node and a laptop without Slurm, Podman in job steps, Lmod under `set -euo pipefail`.
+partition-priority preemption, count-only GRES GPUs, a node whose own name resolves to
+loopback, an sshd per node, a login node and a laptop without Slurm, Podman in job steps, Lmod
+under `set -euo pipefail`, accounting (sacct).
 Each test checks the facts the README states, so that features built on them can trust them."""
 from __future__ import annotations
 
@@ -110,6 +111,31 @@ def test_up_rebuilds_a_missing_image_without_restart(cluster):
     assert f"built podman image {IMAGE}" in proc.stdout, proc.stdout
     assert run(*PODMAN.split(), "image", "exists", IMAGE).returncode == 0
     assert (STATE_DIR / "run" / "slurmctld.pid").read_text().strip() == ctld_pid
+
+
+# ----------------------------------------------------------------------------- accounting
+
+
+def test_sacct_answers_for_the_clusters_jobs(cluster, tmp_path):
+    """slurmdbd on MariaDB (tests/cluster/accounting.sh): the cluster and root's association are
+    registered, and sacct reports a finished job with its steps (JobAcctGatherType linux) and
+    asks for GPUs among the TRES."""
+    config = run("scontrol", "show", "config").stdout
+    assert re.search(r"^AccountingStorageType\s*=\s*accounting_storage/slurmdbd$", config, re.M), config
+    assert re.search(r"^AccountingStorageTRES\s*=.*gres/gpu", config, re.M), config
+    assoc = run("sacctmgr", "-n", "-P", "show", "assoc", "format=cluster,account,user").stdout.split()
+    assert "localcluster|root|root" in assoc, assoc
+    job = sbatch("-N1", "-o", tmp_path / "out", "--wrap", "srun true")
+    deadline = time.monotonic() + 60
+    while True:
+        rows = run("sacct", "-n", "-P", "-j", job, "-o", "JobID,State,ElapsedRaw,AllocTRES").stdout.split()
+        if rows and rows[0].split("|")[1] == "COMPLETED" and any(r.startswith(f"{job}.0|") for r in rows):
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.3)
+    fields = rows[0].split("|")
+    assert fields[0] == job and fields[2].isdigit() and "cpu=" in fields[3], rows
+    assert {r.split("|")[0] for r in rows} >= {job, f"{job}.batch", f"{job}.0"}, rows
 
 
 # ----------------------------------------------------------------------------- preemption
@@ -265,6 +291,25 @@ sleep 30  # killed by the requeue
     assert high_info["JobState"] == "COMPLETED"
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", (info, out)
     assert "saved" in out and "second run restart=1" in out, out
+
+
+# ----------------------------------------------------------------------------- GPUs (count-only GRES)
+
+
+def test_nodes_have_four_gres_gpus_that_jobs_are_scheduled_on(cluster):
+    """Each node's four GPUs are Slurm's (gres.conf: empty files): a step of 4 a node runs and
+    sees them counted, with no device list; 5 a node is refused at once."""
+    nodes = run("sinfo", "-h", "-N", "-p", "debug", "-o", "%N %G").stdout.split("\n")
+    assert {line.split()[1] for line in nodes if line} == {"gpu:4"}, nodes
+    assert "Gres=gpu:4" in run("scontrol", "show", "node", "node2").stdout
+    assert re.search(r"^GresTypes\s*=\s*gpu$", run("scontrol", "show", "config").stdout, re.M)
+    out = run("srun", "-p", "debug", "-N2", "--gpus-per-node=4", "bash", "-c",
+              'echo "$SLURMD_NODENAME gpus=$SLURM_GPUS_ON_NODE cvd=${CUDA_VISIBLE_DEVICES-unset}"',
+              timeout=60).stdout.split("\n")
+    assert sorted(line.split(" ", 1)[1] for line in out if line) == ["gpus=4 cvd=unset"] * 2, out
+    refused = run("srun", "-p", "debug", "-N1", "--gpus-per-node=5", "true", check=False, timeout=60)
+    assert refused.returncode != 0
+    assert "Requested node configuration is not available" in refused.stderr, refused.stderr
 
 
 # ----------------------------------------------------------------------------- /etc/hosts per node

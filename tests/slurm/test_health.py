@@ -1,7 +1,7 @@
 """Issue 29 on the real local Slurm cluster: each node's health gate in the launch step. The
 nodes run the stand-in nvidia-smi (tests/fakes: the real H100 rows, four GPUs a node, faults
-written into the same fields); the test site asks for no GPUs from Slurm (its nodes have none)
-while the job plans four a node. One node of the first allocation reports an uncorrected ECC
+written into the same fields); the job asks Slurm for four GPUs a node, the nodes' count-only
+GRES (tests/cluster/up.sh). One node of the first allocation reports an uncorrected ECC
 error on one GPU: its gate names it, the batch shell requeues the job without it (ExcNodeList),
 and the job completes on two healthy nodes; `status` names the node, the GPU and the reason.
 The same job shows each attempt's time to first step, and names its rank 1, which runs at half
@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 from tests.conftest import ROOT, submitted, wait_for_job
 from tests.slurm.survive import wait_until
@@ -25,21 +26,30 @@ def _hostnames(nodelist: str) -> list[str]:
                           text=True, check=True).stdout.split()
 
 
-def _gpu_site(tmp_path) -> str:
-    """localcluster as a site whose nodes have four GPUs that Slurm does not schedule."""
-    site = (ROOT / "site_configs" / "localcluster.yaml").read_text()
-    site = site.replace("name: localcluster", "name: fakegpus")
-    site = site.replace("max_gpus_per_node: 0", "max_gpus_per_node: 4")
-    site += "sbatch_skip: [gpus-per-node]\n"
-    path = tmp_path / "fakegpus.yaml"
-    path.write_text(site)
-    return str(path)
+def _warned_during_gate(tmp_path, bad) -> Path:
+    """A directory with an nvidia-smi that, on the bad node of the first attempt, has the batch
+    shell get the time-limit warning (the job's USR2, as Slurm sends it) while the node's health
+    gate runs, then answers as the stand-in does: a signal that comes while a node fails."""
+    smi = tmp_path / "smi"
+    smi.mkdir()
+    (smi / "nvidia-smi").write_text(f"""#!/bin/bash
+if [[ $SLURMD_NODENAME == "$(cat {bad})" && -z ${{SLURM_RESTART_COUNT:-}} && ! -e {smi}/warned ]]; then
+  : >{smi}/warned
+  scancel --batch --signal=USR2 "$SLURM_JOB_ID" && sleep 3
+fi
+exec {FAKES}/nvidia-smi "$@"
+""")
+    (smi / "nvidia-smi").chmod(0o755)
+    return smi
 
 
 def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, cluster, tmp_path):
+    """...and the node's failure wins over a signal that came meanwhile (issue 40, item 1):
+    the time-limit warning reaches the batch shell while the bad node's gate runs; the
+    requeue still leaves that node out, and nothing calls it a preemption."""
     bad = tmp_path / "bad-node"
     # The first allocation's second node gets the fault, and keeps it on every attempt.
-    setup = [f"export PATH={FAKES}:$PATH FAKE_SMI_GPUS=4",
+    setup = [f"export PATH={_warned_during_gate(tmp_path, bad)}:{FAKES}:$PATH FAKE_SMI_GPUS=4",
              f"[[ -s {bad} ]] || scontrol show hostnames \"$SLURM_JOB_NODELIST\" | tail -1 > {bad}",
              f"export FAKE_SMI_FAULT_$(cat {bad})=ecc:2:3"]
     job = tmp_path / "health.yaml"
@@ -48,7 +58,7 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
         "args": ["--seconds", 3, "--report", "--slow-rank", 1], "setup": setup,
         "health": {"slow_rank_window": 2},
         "resources": {"nodes": 2, "gpus_per_node": 4, "procs_per_node": 1}}))
-    job_id, run_dir = submitted(cli("submit", job, "--site", _gpu_site(tmp_path), cwd=ROOT).stdout)
+    job_id, run_dir = submitted(cli("submit", job, "--site", cluster, cwd=ROOT).stdout)
     info = wait_for_job(job_id, timeout=240)
     log = "".join(p.read_text() for p in (run_dir / "logs").glob("slurm-*.out"))
     assert info["JobState"] == "COMPLETED", log[-4000:]
@@ -61,6 +71,8 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
     assert f"hpctrain: failure: preflight failed: {why}" in log, log[-4000:]
     assert re.search(rf"recovery: preflight failure, excluding {victim}: requeueing job {job_id} "
                      rf"without {victim}", log), log[-4000:]
+    assert "preemption: SIGUSR2 received; forwarded to the ranks" in log, log[-4000:]
+    assert not re.search(r"preemption: .*requeueing", log), log[-4000:]
     # Every healthy node said so, with the real fixture's driver.
     assert re.search(r"hpctrain preflight: node\d: health gate passed: 4 GPU\(s\), driver "
                      r"580\.159\.04", log), log[-4000:]
@@ -87,6 +99,51 @@ def test_a_node_with_an_ecc_error_is_named_and_the_job_requeues_without_it(cli, 
     assert re.search(r"^startup   first step [0-9.]+ s after start \(attempt 2\): setup [0-9.]+, "
                      r"imports [0-9.]+, (health [0-9.]+, )?rendezvous [0-9.]+, library [0-9.]+$",
                      status, re.M), status
+
+
+def test_bad_nodes_no_other_node_can_replace_end_the_job_at_once(cli, cluster, tmp_path):
+    """Issue 40, items 1 and 5: a 3-node job that may use only node1..node3 (sbatch exclude: the
+    rest of the partition), each failing its gate its own way: node1's GPUs are not usable by
+    CUDA (the real probe, with the job's CPU-only torch: the site here lets it run, cpu_mode
+    auto), node2 has an ECC error, node3's nvidia-smi does not know a field the gate reads
+    (fail closed). Nothing can replace them: no requeue (it could only wait for ever), the job
+    fails at once naming each node and its fault."""
+    others = [n for n in _hostnames(subprocess.run(
+        ["sinfo", "-h", "-p", "debug", "-o", "%N"], capture_output=True, text=True,
+        check=True).stdout.strip()) if n not in ("node1", "node2", "node3")]
+    site = tmp_path / "cudasite.yaml"
+    site.write_text((ROOT / "site_configs" / "localcluster.yaml").read_text()
+                    .replace("name: localcluster", "name: cudasite")
+                    .replace('cpu_mode: "on"', "cpu_mode: auto"))
+    job = tmp_path / "nospare.yaml"
+    job.write_text(json.dumps({
+        "name": "nospare", "python": sys.executable, "script": "tests/programs/worker.py",
+        "setup": [f"export PATH={FAKES}:$PATH FAKE_SMI_GPUS=4 FAKE_SMI_FAULT_node2=ecc:1:2 "
+                  "FAKE_SMI_FAULT_node3=unknown:retired_pages.pending"],
+        "sbatch": {"exclude": ",".join(others)}, "preemption": {"max_excluded_nodes": 3},
+        "resources": {"nodes": 3, "gpus_per_node": 4, "procs_per_node": 1}}))
+    job_id, run_dir = submitted(cli("submit", job, "--site", site, cwd=ROOT).stdout)
+    info = wait_for_job(job_id, timeout=120)
+    log = "".join(p.read_text() for p in (run_dir / "logs").glob("slurm-*.out"))
+    assert info["JobState"] == "FAILED" and info["Restarts"] == "0", (info, log[-3000:])
+    why = ["node1 failed the health gate: CUDA cannot use the GPUs nvidia-smi lists: torch sees 0 "
+           "CUDA device(s) of the 4 the job uses (torch.cuda.is_available() is False)",
+           "node2 failed the health gate: GPU 1 (00000000:00:07.0, GPU-c1f2461c-ed11-f4b9-2868-"
+           "865409eb3d01): 2 uncorrected volatile ECC error(s)",
+           'node3 failed the health gate: nvidia-smi answered without a field the gate reads '
+           '(Field "retired_pages.pending" is not a valid field to query.): the job asks for 4 '
+           "GPU(s) a node and the health gate cannot check them (a site whose nodes have no "
+           "nvidia-smi sets health.require_nvidia_smi: false)"]
+    for line in why:
+        assert f"hpctrain preflight: {line}" in log, log[-3000:]
+    left = ",".join(sorted(["node1", "node2", "node3", *others]))
+    assert ("recovery: not requeueing after the preflight failure, excluding node1, node2, node3: "
+            "no node can take the place of node1,node2,node3: partition debug has 0 usable "
+            f"node(s) besides those left out ({left}), the job needs 3") in log, log[-3000:]
+    assert "requeueing job" not in log and "preemption:" not in log, log[-3000:]
+    failure = json.loads((run_dir / "status" / "failure.json").read_text())
+    assert failure["reason"] == "preflight" and failure["nodes"] == ["node1", "node2", "node3"]
+    assert all(line in failure["message"] for line in why), failure
 
 
 @contextmanager

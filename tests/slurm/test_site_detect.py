@@ -23,15 +23,17 @@ def detect(cli, tmp_path, name="found"):
 def test_site_detect_writes_a_valid_commented_profile(cli, cluster, tmp_path):
     out, doc, text, proc = detect(cli, tmp_path)
     assert f"wrote {out} (valid)" in proc.stdout
-    assert doc["scheduler"] == "slurm" and doc["cpu_mode"] == "on"
+    # (the nodes' count-only GRES GPUs: four a node, asked for as --gpus-per-node)
+    assert doc["scheduler"] == "slurm" and doc["cpu_mode"] == "auto"
+    assert doc["gpu_request"] == "gpus-per-node" and "gpu_type" not in doc
     assert doc["limits"]["max_nodes"] == 4 and doc["limits"]["cpus_per_node"] == 2
-    assert doc["limits"]["mem_per_node"] == "4000M" and doc["limits"]["max_gpus_per_node"] == 0
+    assert doc["limits"]["mem_per_node"] == "4000M" and doc["limits"]["max_gpus_per_node"] == 4
     assert doc["head"] == {"mode": "nodename"}
     assert doc["port"] == {"base": 61000, "span": 4536}
     assert doc["defaults"]["resources"]["partition"] == "debug"
     assert "module_init" in doc and doc["module_init"].endswith("lmod/init/bash")
     # the evidence, in comments
-    assert "# no GPUs: sinfo shows no gpu GRES on partition 'debug'" in text
+    assert "select/cons_tres takes --gpus-per-node" in text
     assert "from node2: node1 -> 10.231.0.11: reached" in text
     assert "preempt_send_user_signal is not set" in text
     assert "# sinfo: 4 nodes in 'debug'" in text

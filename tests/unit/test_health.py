@@ -97,16 +97,17 @@ def test_the_gate_reads_nvidia_smi_and_fails_when_it_fails(monkeypatch):
     answers["--query-gpu"] = (124, "nvidia-smi did not answer within 30 s")
     (hung,) = health.gate(CFG, "node2")["problems"]
     assert hung["message"] == "nvidia-smi failed (status 124): nvidia-smi did not answer within 30 s"
-    # A driver whose nvidia-smi does not know a field (the real error text): no verdict, no fault.
+    # A driver whose nvidia-smi does not know a field (the real error text): the gate cannot
+    # judge the GPUs, and fails closed (issue 40; tests/unit/test_health_gate.py has the rest).
     answers["--query-gpu"] = (2, "\n".join(FAKE.recorded(
         "--query-gpu=bogus.field --format=csv")))
-    refused = health.gate(CFG, "node2")
-    assert refused["ok"] and refused["notes"] == [
-        'nvidia-smi refused the gate\'s query: Field "bogus.field" is not a valid field to query.; '
-        "the GPUs were not checked"]
+    (refused,) = health.gate(CFG, "node2")["problems"]
+    assert refused["message"].startswith('nvidia-smi answered without a field the gate reads '
+                                         '(Field "bogus.field" is not a valid field to query.)')
     monkeypatch.setattr(health.shutil, "which", lambda name: None)
-    absent = health.gate(CFG, "node2")
-    assert absent["ok"] and absent["notes"] == ["nvidia-smi is not on PATH: the GPUs were not checked"]
+    absent = health.gate({**CFG, "require_nvidia_smi": False}, "node2")
+    assert absent["ok"] and absent["notes"] == ["nvidia-smi is not on PATH: the GPUs were not "
+                                                "checked (health.require_nvidia_smi: false)"]
 
 
 def test_the_odd_driver_is_the_minoritys_or_on_a_tie_not_the_heads():
@@ -173,7 +174,7 @@ def _plan(tmp_path, site_health=None, **job):
 
 def test_the_gate_is_on_for_multinode_gpu_jobs_and_site_and_job_tune_it(tmp_path):
     gate = _plan(tmp_path).bootstrap["health"]
-    assert gate == {**health.DEFAULTS, "expected_gpus": 4}
+    assert gate == {**health.DEFAULTS, "expected_gpus": 4, "cuda": True}
     tuned = _plan(tmp_path, {"foreign_memory_mib": 4096, "ecc": False},
                   health={"ecc": True}).bootstrap["health"]
     assert tuned["foreign_memory_mib"] == 4096 and tuned["ecc"] is True
@@ -183,7 +184,7 @@ def test_the_gate_is_on_for_multinode_gpu_jobs_and_site_and_job_tune_it(tmp_path
                  ).bootstrap["health"]["expected_gpus"] == 0
     single = load_job({"name": "h", "script": "t.py", "health": {"enabled": True},
                        "resources": {"gpus_per_node": 1}}, site=str(tmp_path / "gpusite.yaml"))
-    assert not any("health" in w for w in single.warnings)  # its agent runs the gate
+    assert not any("health gate" in w for w in single.warnings)  # its agent runs the gate
     tasks = load_job({"name": "h", "library": "skrl_jax", "script": "t.py", "health": {
         "enabled": True}, "resources": {"gpus_per_node": 1}}, site="local")
     assert tasks.warnings == ("<python>: with the skrl_jax library the health gate runs in the node "

@@ -81,6 +81,11 @@ MATRIX = {
     "cluster-2x1-notify-hang": ("localcluster", {
         "resources": {"nodes": 2}, "launcher": {"hang_timeout": 300},
         "notify": {"url_from": "HOOK_URL", "format": "ntfy"}}),
+    # resources.spare_nodes (issue 43): nodes + K allocated, each attempt on named nodes.
+    "cluster-2x1-spare-notify-hang": ("localcluster", {
+        "resources": {"nodes": 2, "spare_nodes": 1, "gpus_per_node": 1},
+        "launcher": {"hang_timeout": 300}, "health": {"enabled": True},
+        "notify": {"url_from": "HOOK_URL", "format": "ntfy"}}),
     # Sweeps: one job array (Slurm) or K at a time on this machine.
     "cluster-sweep": ("localcluster", {"sweep": {"grid": {"env.LR": ["0.1", "0.01"]},
                                                  "seeds": [1, 2], "parallel": 3}}),
@@ -259,7 +264,7 @@ def test_shellcheck_clean(case, site_dir, home, shellchecked):
 # `hpctrain shell`'s rcfile and interactive launch (hpctrain/interactive.py), reviewed as the
 # batch scripts are: tests/golden/<case>.shell.sh and <case>.launch.sh.
 SHELL_CASES = ["cluster-2x2", "apptainer-2x4-gpus-secrets", "podman-cluster-2x2", "pyxis-2x4-gpus",
-               "local-1x2", "ssh-2x2"]
+               "local-1x2", "ssh-2x2", "cluster-2x1-spare-notify-hang"]
 # On an ssh site the shell's `hpctrain launch` runs the job script itself as its batch shell.
 LAUNCH_IS_THE_JOB_SCRIPT = {"ssh-2x2"}
 

@@ -5,6 +5,7 @@ the preemption trap and requeue from the batch shell).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ...errors import HpctrainError
@@ -36,6 +37,21 @@ def _state(rec) -> JobState:  # rec: slurm_records.Record
                     restarts=rec.restarts, job=rec.name, dependency=rec.dependency)
 
 
+def _stopped_for_idle(run: Run, st: JobState) -> JobState:
+    """A run the idle-GPU stop ended (rank/sampler.py; the batch shell exits 143, so Slurm says
+    FAILED) is STOPPED, with what it saved: status/stopped.json, reason idle_gpus."""
+    if st.state != State.FAILED or st.exit_code != 143:
+        return st
+    from ...runs.untrusted import read_regular
+    try:
+        rec = json.loads(read_regular(str(run.path / "status" / "stopped.json"), 65536))
+    except (OSError, ValueError):
+        return st
+    if isinstance(rec, dict) and rec.get("reason") == "idle_gpus" and isinstance(rec.get("message"), str):
+        st.state, st.reason = State.STOPPED, "stopped " + " ".join(rec["message"].split())[:500]
+    return st
+
+
 def directive_value(value: str) -> str:
     """A value as an `#SBATCH` line carries it: sbatch ends an unquoted value at a space or a
     `#` (measured on 22.05: `--comment=a#b c` became "a"), and reads double quotes itself.
@@ -48,6 +64,7 @@ class SlurmBackend(Backend):
     name = "slurm"
     script_name = "job.sbatch"
     preemption = True
+    no_spares = ""  # nodes + spares allocated, --no-kill (templates/slurm/requeue.sh.j2)
     writes_directives = True
     container_runtimes = ("apptainer", "singularity", "pyxis", "podman", "docker")
     dependencies = True
@@ -195,9 +212,9 @@ class SlurmBackend(Backend):
 
     # ------------------------------------------------------------------------------ state
 
-    def accounting(self, job_ids: list[str]) -> dict[str, dict] | None:
+    def accounting(self, job_ids: list[str], since: float | None = None) -> list[dict] | None:
         from .accounting import accounting
-        return accounting(job_ids)
+        return accounting(job_ids, since)
 
     def states(self, runs: list[Run]) -> list[JobState]:
         from . import records as slurm_records
@@ -244,7 +261,7 @@ class SlurmBackend(Backend):
                 return JobState(State.UNKNOWN, job=job_id,
                                 reason="Slurm no longer remembers this job (it ended more than "
                                 "MinJobAge ago and the cluster keeps no accounting)")
-            return _state(mine)
+            return _stopped_for_idle(run, _state(mine))
         tasks = []
         for i in range(rec.array_size):
             done = next((r for r in records if r.task == i), None)

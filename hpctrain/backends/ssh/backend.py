@@ -72,6 +72,7 @@ class SshBackend(Backend):
     poll = (0.5, 0.5)
     name = "ssh"
     script_name = "job.sh"
+    no_spares = "the site's hosts beyond the job's are not swapped in as spares yet (issue 43, item 4)"
     step_launcher = "ssh 1 step/host"
     head_node = "first host"
 
