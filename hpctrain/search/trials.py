@@ -10,6 +10,7 @@ value through the schema; it never looks the site up again.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -79,8 +80,14 @@ def write_trial(run_dir, number: int, study: StudyJob, values: dict, requeue: bo
     write_atomic(script, render_plan(plan, chosen.header(plan.directives)), mode=0o755)
     write_atomic(d / "params.json", json.dumps(values, sort_keys=True) + "\n")
     write_atomic(d / "job.yaml", _yaml(study, values))
-    if not (d / "rank").is_dir():
-        shutil.copytree(RANK_DIR, d / "rank", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # Copied whole, then put in place: a worker killed mid-copy leaves a partial rank/, which
+    # the next attempt of the trial (adopted or requeued) replaces.
+    fresh = d / f".rank-{os.getpid()}"
+    shutil.rmtree(fresh, ignore_errors=True)
+    shutil.copytree(RANK_DIR, fresh, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if (d / "rank").exists() or (d / "rank").is_symlink():
+        shutil.rmtree(d / "rank")  # refuses a link: the trial then fails with that cause
+    os.replace(fresh, d / "rank")
     from ..rank.records import write_json
     write_json(str(d / "bootstrap.json"), plan.bootstrap)
     return script, plan

@@ -91,6 +91,7 @@ def test_the_study_script_starts_its_workers_as_one_array(home, tmp_path):
     from hpctrain.search.trials import StudyJob, write_trial
     study = StudyJob(run_id="RUN", spec=prep.job.resolved(), site=prep.job.site,
                      site_ref="localcluster", source="job.yaml", workdir=str(tmp_path))
+    (tmp_path / "run" / "trials" / "0003" / "rank").mkdir(parents=True)  # a killed copy's
     script, plan = write_trial(tmp_path / "run", 3, study, {"env.LR": 0.005})
     assert script == tmp_path / "run" / "trials" / "0003" / "job.sbatch"
     assert plan.nnodes == 2 and plan.preemption["requeue"] is False and plan.env["LR"] == "0.005"
