@@ -26,7 +26,7 @@ from .job.load import Job, load_job
 from .rank.before import probe
 from .runs.records import Run
 
-CHECK_PROGRAM = Path(__file__).parent / "rank" / "check.py"
+CHECK_PROGRAM = Path(__file__).parent / "rank" / "before" / "check.py"
 NODES = 2
 
 PASS, FAIL, NOT_RUN = "ok", "FAIL", "not run"

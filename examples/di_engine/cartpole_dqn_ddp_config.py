@@ -6,7 +6,7 @@ so ./cartpole_dqn_ddp/ (checkpoints, logs) lands in the run. It installs no sign
 under hpctrain, the bootstrap's di_engine hooks save ./cartpole_dqn_ddp/ckpt/iteration_<n>.pth.tar
 after the next learner iteration following SIGTERM or the preemption signal and let
 serial_pipeline return; the next run resumes from it through DI-engine's own resume
-(hpctrain/rank/train_hooks.py).
+(hpctrain/rank/during/train_hooks.py).
 
 Added for checking: every rank writes results/rank-R.json with the sha256 of its Q-network
 before the first training iteration and at the end, its DQN loss of the first and the last

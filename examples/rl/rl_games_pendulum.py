@@ -10,14 +10,14 @@ and saves every --save-interval epochs and at the end itself.
 It installs no signal handler: under hpctrain, the bootstrap's rl_games hook ends the training at
 the next epoch after SIGTERM or the preemption signal through rl-games' own end of training
 (rank 0 saves that epoch's 'last_' checkpoint), and on the next run hpctrain passes it as
---checkpoint (hpctrain/rank/train_hooks.py).
+--checkpoint (hpctrain/rank/during/train_hooks.py).
 
 Run with hpctrain (job.yaml):
     library: rl_games
     script: examples/rl/rl_games_pendulum.py
     args: [--updates, "20"]
 Plain torchrun, one node, 2 processes (on a GPU machine; on CPU rl-games needs hpctrain's CPU
-shims, see hpctrain/rank/cpu_shims.py):
+shims, see hpctrain/rank/before/cpu_shims.py):
     torchrun --standalone --nproc-per-node=2 examples/rl/rl_games_pendulum.py --updates 5 --out /tmp/rlg
 Resume (rl-games' own restore: weights, optimizer, epoch and frame counters), to epoch 10:
     torchrun ... examples/rl/rl_games_pendulum.py --checkpoint /tmp/rlg/checkpoints/nn/last_pendulum_ep_5_rew_<R>.pth --updates 10

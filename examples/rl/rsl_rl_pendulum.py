@@ -8,7 +8,7 @@ every --save-interval iterations and at the end (rank 0) and logs to TensorBoard
 
 It installs no signal handler: under hpctrain, the bootstrap's rsl_rl hooks save a checkpoint at
 the next iteration after SIGTERM or the preemption signal and let learn() return, and on the
-next run hpctrain passes that checkpoint as --checkpoint (hpctrain/rank/train_hooks.py). A run
+next run hpctrain passes that checkpoint as --checkpoint (hpctrain/rank/during/train_hooks.py). A run
 resumed by hpctrain trains up to --updates in all; run by hand, learn() runs --updates more, as
 rsl-rl does.
 
@@ -17,7 +17,7 @@ Run with hpctrain (job.yaml):
     script: examples/rl/rsl_rl_pendulum.py
     args: [--updates, "20"]
 Plain torchrun, one node, 2 processes (on a GPU machine; on CPU rsl-rl needs hpctrain's CPU shims,
-see hpctrain/rank/cpu_shims.py):
+see hpctrain/rank/before/cpu_shims.py):
     torchrun --standalone --nproc-per-node=2 examples/rl/rsl_rl_pendulum.py --updates 5 --out /tmp/rsl
 Resume (rsl-rl's own load: weights, optimizer, iteration):
     torchrun ... examples/rl/rsl_rl_pendulum.py --checkpoint /tmp/rsl/checkpoints/model_4.pt --updates 5

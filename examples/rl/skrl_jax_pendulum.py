@@ -8,7 +8,7 @@ Lab's skrl train.py (--ml_framework jax) it loads --checkpoint with agent.load()
 calls trainer.train() once; skrl writes DIR/checkpoints/agent_<timestep>.pickle every
 --save-interval updates (rank 0). It installs no signal handler: hpctrain's skrl_jax hooks save
 and stop after an update on SIGTERM or the preemption signal, and continue a resumed run's
-timesteps (hpctrain/rank/train_hooks.py).
+timesteps (hpctrain/rank/during/train_hooks.py).
 
 Run with hpctrain (job.yaml):
     library: skrl_jax

@@ -10,7 +10,7 @@ DIR/checkpoints/agent_<timestep>.pt every --save-interval updates (rank 0).
 It installs no signal handler: under hpctrain, the bootstrap's skrl hooks save a checkpoint
 after the next update following SIGTERM or the preemption signal and let train() return, and on
 the next run hpctrain passes that checkpoint as --checkpoint; a run resumed so continues skrl's
-timesteps from the checkpoint's up to --updates in all (hpctrain/rank/train_hooks.py). Run by
+timesteps from the checkpoint's up to --updates in all (hpctrain/rank/during/train_hooks.py). Run by
 hand, a resumed trainer starts again at timestep 0, as skrl does.
 
 Run with hpctrain (job.yaml):
@@ -18,7 +18,7 @@ Run with hpctrain (job.yaml):
     script: examples/rl/skrl_torch_pendulum.py
     args: [--updates, "20"]
 Plain torchrun, one node, 2 processes (on a GPU machine; on CPU skrl needs hpctrain's CPU shims,
-installed before `import skrl`, see hpctrain/rank/cpu_shims.py):
+installed before `import skrl`, see hpctrain/rank/before/cpu_shims.py):
     torchrun --standalone --nproc-per-node=2 examples/rl/skrl_torch_pendulum.py --updates 5 --out /tmp/skrl
 Resume (skrl's agent.load: models, optimizer, preprocessors):
     torchrun ... examples/rl/skrl_torch_pendulum.py --checkpoint /tmp/skrl/checkpoints/agent_160.pt

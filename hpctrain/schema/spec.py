@@ -272,7 +272,7 @@ NotifyEvent = Literal["start", "preempted", "requeued", "hang", "node_excluded",
 
 
 class Notify(_Strict):
-    """Where a run's events are sent (hpctrain/rank/notify.py; `submit --wait --notify`)."""
+    """Where a run's events are sent (hpctrain/rank/end/notify.py; `submit --wait --notify`)."""
     url_from: Annotated[EnvName, Meta(description=(
             "name of the environment variable holding the webhook URL; its value is "
             "never written"))]

@@ -42,7 +42,7 @@ def check_trained(results: list[dict], log: str, world: int, hosts: int) -> None
 
 def check_progress(cli, ref: str, run_dir, results: list[dict], library: str,
                    per_update: int = 1) -> None:
-    """The library hooks (hpctrain/rank/train_hooks.py) reported every rank's last iteration
+    """The library hooks (hpctrain/rank/during/train_hooks.py) reported every rank's last iteration
     (skrl counts environment timesteps: `per_update` of them per update) and finite metrics
     (the library's main one where it has it), and `status --json` carries them."""
     import json

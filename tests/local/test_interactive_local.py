@@ -68,7 +68,7 @@ def test_local_attach_opens_a_shell_and_shows_every_ranks_stack(cli, tmp_path):
         assert said.count("--- rank ") == 2, said
         # Each rank is in the worker's loop, called through the run's own bootstrap.
         assert len(re.findall(r'File ".*worker\.py", line \d+ in main', said)) == 2, said
-        assert f'File "{run_dir}/rank/bootstrap.py"' in said, said
+        assert f'File "{run_dir}/rank/before/bootstrap.py"' in said, said
 
         child = spawn("attach", str(run_dir))
         child.sendline('echo "W""=$PWD"; exit')

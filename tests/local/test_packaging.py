@@ -18,7 +18,10 @@ def test_wheel_ships_templates_and_sites_and_runs(tmp_path):
         assert f"hpctrain/templates/{backend}/job.sh.j2" in names
     assert "hpctrain/templates/parts/rendezvous.sh.j2" in names
     assert "hpctrain/site_configs/localcluster.yaml" in names
-    assert "hpctrain/rank/__main__.py" in names and "hpctrain/rank/bootstrap.py" in names
+    # every module of the rank side, its groups' folders too: each run gets a copy of them all
+    rank = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "hpctrain" / "rank").rglob("*.py"))
+    assert "hpctrain/rank/before/bootstrap.py" in rank
+    assert [p for p in rank if p not in names] == []
 
     # A fresh venv with the wheel and its declared dependencies only, away from the source tree.
     venv = tmp_path / "venv"

@@ -1,5 +1,5 @@
 """The per-node sampler on a CPU node, against real processes: it reads each rank's CPU use
-and RSS from /proc (hpctrain/rank/sampler.py), without a job around it."""
+and RSS from /proc (hpctrain/rank/during/sampler.py), without a job around it."""
 from __future__ import annotations
 
 import json

@@ -24,6 +24,8 @@ def test_the_lagging_rank_is_named_with_its_node_and_the_requeue_leaves_it_out(c
     job.write_text(json.dumps({
         "name": "late", "library": "command", "script": str(ROOT / "tests/programs/late_rank.py"),
         "args": ["--late-rank", "3", "--first-attempt-only"], "python": sys.executable,
+        # the nodes' GPUs as the health gate reads them (the stand-in nvidia-smi, no fault)
+        "setup": [f"export PATH={ROOT / 'tests' / 'fakes'}:$PATH FAKE_SMI_GPUS=4"],
         "resources": {"nodes": 2, "procs_per_node": 2, "gpus_per_node": 2, "time": "00:05:00"},
         "launcher": {"hang_timeout": 20, "max_restarts": 0}, "preemption": {"max_requeues": 1}}))
     job_id, run_dir = submitted(cli("submit", job, "--site", cluster).stdout)

@@ -103,7 +103,7 @@ Thread 0x00007f1e2b7fe6c0 (most recent call first):
 Current thread 0x00007f1e3c2b5740 (most recent call first):
   File "/work/tests/programs/worker.py", line 30 in main
   File "/work/tests/programs/worker.py", line 45 in <module>
-  File "/runs/x/rank/bootstrap.py", line 450 in main
+  File "/runs/x/rank/before/bootstrap.py", line 450 in main
 
 step 8 of rank 1\x1b[2J
 """
