@@ -398,8 +398,9 @@ def _check(s: Submission, canary: Path) -> None:
         got_comment, got_account = out[:-1].split("\x1f") if out.endswith("\n") else out.split("\x1f")
         if comment is not None:
             assert got_comment == comment, f"Slurm's comment: {got_comment!r}"
-        if account is not None:  # (Slurm keeps account names in lower case)
-            # With accounting (slurmdbd), a name holding a quote is no account it can store:
-            # the job gets the user's default one (root's) instead. sbatch still took it whole.
-            want = account.lower() if "'" not in account else "root"
-            assert got_account == want, f"Slurm's account: {got_account!r}"
+        if account is not None:
+            # With accounting (slurmdbd), as on a real site, an account Slurm does not know is
+            # replaced by the user's default (root's): sbatch took the directive and started
+            # the job; that its words arrive byte-exact is what the comment shows (the same
+            # #SBATCH quoting) and the unit tier's render checks.
+            assert got_account == "root", f"Slurm's account: {got_account!r}"
