@@ -393,3 +393,22 @@ def test_a_scheduler_tool_that_prints_without_end_is_a_scheduler_error(tmp_path)
     with within(5), pytest.raises(SchedulerError, match="printed more than"):
         run([str(tool)])
     assert run(["sh", "-c", "printf 'a\\377b'"]) == "a\ufffdb"  # bytes a tool printed, never a crash
+
+
+def test_doctors_check_program_writes_through_the_one_writer(tmp_path):
+    """rank/before/check.py runs as a program, outside the package: its record still goes
+    through records.write_json, which refuses a doctor/ planted as a link."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "_check_under_test", Path(__file__).resolve().parents[2] / "hpctrain/rank/before/check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    records = check._records()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "doctor").symlink_to(elsewhere)
+    with pytest.raises(OSError, match="symbolic link"):
+        records.write_json(str(run / "doctor" / "rank-0.json"), {"rank": 0}, root=str(run))
+    assert list(elsewhere.iterdir()) == []

@@ -8,7 +8,6 @@ under the job's interpreter, which has it.
 """
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -79,14 +78,25 @@ def main() -> int:
     except OSError as exc:
         out["checkpoint_dir"] = {"dir": ckpt, "ok": False, "error": str(exc)}
     dist.barrier()
-    target = os.path.join(run_dir, "doctor")
-    os.makedirs(target, exist_ok=True)
-    with open(os.path.join(target, f"rank-{rank}.json"), "w") as f:
-        json.dump(out, f, sort_keys=True)
+    # Into the run directory through the rank side's one writer (no link below the run
+    # directory, no pipe at the file): this file runs as a program, not inside the package, so
+    # records.py (stdlib only, no relative import) is loaded by its path.
+    _records().write_json(os.path.join(run_dir, "doctor", f"rank-{rank}.json"), out, indent=None,
+                          root=run_dir)
     dist.destroy_process_group()
     print(f"hpctrain doctor: rank {rank} on {out['node']}: {out['backend']}, device {out['device']}",
           flush=True)
     return 0
+
+
+def _records():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "records.py")
+    spec = importlib.util.spec_from_file_location("_hpctrain_doctor_records", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up there)
+    spec.loader.exec_module(module)
+    return module
 
 
 if __name__ == "__main__":
