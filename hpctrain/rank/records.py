@@ -100,7 +100,8 @@ class NotRegular(OSError):
         return str(self.strerror)
 
 
-def _what(mode: int) -> str:
+def what_it_is(mode: int) -> str:
+    """What a path that is not a regular file is, in words (for the refusals)."""
     import stat
     if stat.S_ISLNK(mode):
         return "a symbolic link"
@@ -117,7 +118,7 @@ def _what(mode: int) -> str:
 
 def _refuse(fd: int, name: str, path: str, want: str) -> NotRegular:
     try:
-        what = _what(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+        what = what_it_is(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
     except OSError:
         what = "not " + want
     return NotRegular(0, f"{path} is {what}, not {want}: hpctrain does not write through it "

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import HpctrainError
+from ..rank.records import what_it_is
 from ..schema.spec import NAME_PATTERN
 
 # Bounds: far above anything hpctrain writes, far below what could exhaust a machine.
@@ -48,18 +49,6 @@ class Unreadable(OSError):
         return str(self.strerror)
 
 
-def _describe(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    return "not a regular file"
-
-
 def open_regular(path, mode: str = "rb"):
     """Open a file for reading only if it is a regular file (symbolic links followed): a FIFO is
     opened without waiting for a writer (O_NONBLOCK) and refused, as are devices and sockets.
@@ -68,7 +57,7 @@ def open_regular(path, mode: str = "rb"):
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Unreadable(0, f"{path} is {_describe(st.st_mode)}, not a regular file")
+            raise Unreadable(0, f"{path} is {what_it_is(st.st_mode)}, not a regular file")
         os.set_blocking(fd, True)
         f = os.fdopen(fd, mode)
     except BaseException:
