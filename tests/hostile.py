@@ -6,7 +6,9 @@ that is set, so the README's reliability section can state what the suite proves
 """
 from __future__ import annotations
 
+import signal
 from collections import Counter
+from contextlib import contextmanager
 
 COUNTS: Counter = Counter()
 
@@ -31,3 +33,17 @@ def canary_payloads(canary: str) -> list[str]:
 
 # Control characters: each must be refused (exit 2), in every field but setup lines' TAB.
 CONTROL = ["a\nb", "a\rb", "a\x00b", "a\x1b[31mb", "a\x7fb", "a\x85b", "a\tb", "\n#SBATCH --x"]
+
+
+@contextmanager
+def within(seconds: int = 10):
+    """Fail (instead of hanging the suite) when the block does not finish in time."""
+    def alarm(*_):
+        raise AssertionError(f"did not finish within {seconds} s: a hang")
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,24 +26,12 @@ from hpctrain.errors import HpctrainError
 from hpctrain.rank import records, tools
 from hpctrain.runs.records import Run
 from hpctrain.runs.untrusted import Budget, read_lines, writing
-from tests.hostile import tried
+from tests.hostile import tried, within
 
 RUN_ID = "20240101-000000-abcd"
 VICTIM = b"the reader's own file\n"
 
 
-@contextmanager
-def within(seconds: int = 5):
-    """Fail (instead of hanging the suite) when the block does not finish in time."""
-    def alarm(*_):
-        raise AssertionError(f"did not finish within {seconds} s: a hang")
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _run_dir(tmp_path: Path, **fields) -> Path:

@@ -24,9 +24,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import signal
 import socket
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -35,23 +33,11 @@ from hpctrain.backends import for_run
 from hpctrain.backends.ssh import openssh
 from hpctrain.errors import HpctrainError
 from hpctrain.runs.records import Run
-from tests.hostile import CONTROL, canary_payloads, tried
+from tests.hostile import CONTROL, canary_payloads, tried, within
 
 RUN_ID = "20240101-000000-abcd"
 
 
-@contextmanager
-def within(seconds: int = 10):
-    """Fail (instead of hanging the suite) when the block does not finish in time."""
-    def alarm(*_):
-        raise AssertionError(f"did not finish within {seconds} s: a hang")
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _run_dir(tmp_path: Path, **fields) -> Path:

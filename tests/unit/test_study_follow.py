@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-from contextlib import contextmanager
 from pathlib import Path
 
 import optuna
@@ -26,6 +24,7 @@ from hpctrain.cli import main
 from hpctrain.errors import HpctrainError
 from hpctrain.runs.records import Run, add_to_index
 from hpctrain.search import follow, reading
+from tests.hostile import within
 
 RUN_ID = "20260101-120000-ab12"
 T = 1_700_000_000.0
@@ -35,18 +34,6 @@ SPACE = {"agent.learning_rate": FloatDistribution(1e-5, 1e-2, log=True),
 ESC = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\u202e"
 
 
-@contextmanager
-def within(seconds: int = 5):
-    """Fail instead of hanging the suite."""
-    def alarm(*_):
-        raise AssertionError(f"did not finish within {seconds} s: a hang")
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _storage(path: Path) -> JournalStorage:
@@ -245,7 +232,7 @@ def test_a_fifo_at_the_journal_is_refused_at_once(tmp_path, capsys):
     d = make_study(tmp_path)
     _journal(d).unlink()
     os.mkfifo(_journal(d))
-    with within():
+    with within(5):
         code, _, err = cli(capsys, "status", str(d))
     assert code == 2 and "named pipe" in err and err.count("\n") == 2  # error: + fix:
 
@@ -255,7 +242,7 @@ def test_a_link_to_a_fifo_or_to_another_file(tmp_path, capsys):
     _journal(d).unlink()
     os.mkfifo(tmp_path / "pipe")
     _journal(d).symlink_to(tmp_path / "pipe")
-    with within():
+    with within(5):
         code, _, err = cli(capsys, "report", str(d))
     assert code == 2 and "named pipe" in err
     _journal(d).unlink()
