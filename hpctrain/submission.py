@@ -48,6 +48,7 @@ class Prepared(msgspec.Struct, frozen=True, kw_only=True):
     mirror: Path | None = None
     record: dict = msgspec.field(default_factory=dict)  # more run.json fields (function runs)
     snapshot: Any = None  # spec.Snapshot when the job runs a copy of its code (runs/snapshot.py)
+    study_function: bytes | None = None  # a function study's pickled (fn, args, kwargs)
 
 
 def prepare(job: Job, run_id: str | None = None, for_function: bool = False) -> Prepared:
@@ -263,6 +264,11 @@ def _write_job_dir(prep: Prepared, d: Path) -> Path | None:
         trials.write_study_job(d, prep.job, prep.run_id, code_dir,
                                prep.record["extra"]["study"]["python"])
         journal.create(d, prep.run_id, prep.job.spec.search)
+        if prep.study_function is not None:  # read by each trial's search/call.py
+            from .search.call import FUNCTION
+            tmp = d / f"{FUNCTION}.tmp"
+            tmp.write_bytes(prep.study_function)
+            os.replace(tmp, d / FUNCTION)
         return script
     import shutil
     shutil.copytree(RANK_DIR, d / "rank", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -452,9 +458,29 @@ def submit_function(fn: Callable, job: Job | str | os.PathLike | dict, *args: An
     if job.tasks:
         raise HpctrainError("submit_function runs one job, not a sweep", job.source,
                             "call it once per configuration, or submit the job file")
+    if job.spec.search is not None:
+        from .search.handle import Study
+        return Study(submit_prepared(prepare_function_study(fn, job, args, kwargs)))
     prep = prepare(job, for_function=True)
     prep = msgspec.structs.replace(prep, **function_run(fn, args, kwargs, prep))
     return Handle(submit_prepared(prep))
+
+
+def prepare_function_study(fn: Callable, job: Job, args: tuple, kwargs: dict) -> Prepared:
+    """A study whose trials run fn: each trial is the job's own launch (search/worker.py) of
+    search/call.py, which calls fn(*args, **kwargs, **the trial's KEY=VALUE args) on every rank.
+    fn travels pickled in study/function.pkl (cloudpickle, as submit_function's does)."""
+    import cloudpickle
+
+    from .backends.submitit import _check_picklable, describe_callable
+    from .search import call
+    info = describe_callable(fn)
+    _check_picklable(fn, args, kwargs, info)
+    runner = str(Path(call.__file__).resolve())
+    spec = msgspec.structs.replace(job.spec, script=runner, library="command")
+    prep = prepare(msgspec.structs.replace(job, spec=spec), for_function=True)
+    return msgspec.structs.replace(prep, study_function=cloudpickle.dumps((fn, args, kwargs)),
+                                   record=dict(prep.record, function=info))
 
 
 def _as_job(job, load_args: dict) -> Job:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 import yaml
 
 from hpctrain.search import journal
@@ -155,7 +156,10 @@ def test_a_real_rl_study_cartpole_ppo_learning_rate_and_entropy(cli, tmp_path):
 
 def test_failures_in_a_row_stop_the_study_with_their_cause(cli, tmp_path):
     """A setting that breaks every trial (here: every lr diverges) stops the study after
-    search.max_failures failed trials in a row, with the cause, instead of burning n_trials."""
+    search.max_failures failed trials in a row, with the cause, instead of burning n_trials.
+    And a study from Python through the submitit path (submit_function with a search: job):
+    each trial calls a function defined here (pickled by value, as a notebook cell's is) with
+    its values, and the study's handle returns the best parameters when it ends."""
     job = dict(JOB, args=["--lr=0.001", "--steps=3", "--step-time=0", "--fail-above=0"],
                search=dict(JOB["search"], n_trials=8, parallel=1, max_failures=2,
                            params={"lr": {"low": 1e-4, "high": 1e-2, "log": True}}))
@@ -170,3 +174,30 @@ def test_failures_in_a_row_stop_the_study_with_their_cause(cli, tmp_path):
     assert stopped.startswith("2 trials failed in a row: "), stopped
     assert "trials/0001/logs/" in stopped and trials[1].user_attrs["fail_cause"] in stopped
     assert (run_dir / "status" / "exit_code").read_text().strip() == "1"
+
+    def train(lr, width, steps, offset):  # known_reward's reward, reported as a program does
+        import math
+        import hpctrain_progress
+        for step in range(1, steps + 1):
+            hpctrain_progress.report(step, reward=-(math.log10(lr) + 3) ** 2 - (width - 4) ** 2 / 10
+                                     + offset)
+
+    import hpctrain
+    fjob = {"name": "fs", "python": sys.executable, "args": ["lr=0.001", "width=4", "steps=2"],
+            "search": {"params": {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
+                                  "width": {"choices": [4, 40]}},
+                       "n_trials": 2, "parallel": 2, "sampler": "random", "seed": 12,
+                       "pruner": "none"}}
+    fpath = tmp_path / "function-study.yaml"
+    fpath.write_text(yaml.safe_dump(fjob))
+    s = hpctrain.submit_function(train, hpctrain.load_job(str(fpath), site="local"), offset=1.0)
+    best = s.result(timeout=120)
+    fstudy = _study(s.run_dir)
+    done = fstudy.get_trials()
+    assert [t.state for t in done] == [optuna.trial.TrialState.COMPLETE] * 2, \
+        [(t.number, t.state, t.user_attrs.get("fail_cause")) for t in done]
+    top = max(done, key=lambda t: t.value)
+    assert (best.number, best.params, best.value) == (top.number, top.params, top.value)
+    import math
+    assert best.value == pytest.approx(1 - (math.log10(best.params["lr"]) + 3) ** 2
+                                       - (best.params["width"] - 4) ** 2 / 10, abs=1e-9)
