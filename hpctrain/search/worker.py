@@ -262,7 +262,10 @@ class Worker:
         was pruned (its ranks signalled to save and end), or None."""
         last = None
         while self.child.poll() is None:
-            time.sleep(POLL)
+            try:  # back at once when the trial ends: the next one starts without a poll's delay
+                self.child.wait(timeout=POLL)
+            except subprocess.TimeoutExpired:
+                pass
             if self.signalled is not None:
                 continue
             seen = self.latest(d)
