@@ -302,14 +302,15 @@ log "launch: ${LAUNCH[*]}"
 CHILD=$!
 STATUS=0
 REAPED=0
-# Once a second (a trapped signal cuts the wait short): a signal to handle, a hang to end.
+# Once a second (a trapped signal cuts the wait short, and `wait -n` the launch's end: a study's
+# worker starts its next trial at once): a signal to handle, a hang to end.
 while kill -0 "$CHILD" 2>/dev/null; do
   if [[ -n "$SIGNALLED" ]]; then
     wait_for_grace
     break
   fi
   sleep 1 &
-  wait $! || true
+  wait -n || true
 done
 if (( ! REAPED )); then
   if kill -0 "$CHILD" 2>/dev/null; then

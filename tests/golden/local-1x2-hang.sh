@@ -151,11 +151,12 @@ log "launch: ${LAUNCH[*]}"
 CHILD=$!
 STATUS=0
 watch_start
-# Once a second (a trapped signal cuts the wait short): a signal to handle, a hang to end.
+# Once a second (a trapped signal cuts the wait short, and `wait -n` the launch's end: a study's
+# worker starts its next trial at once): a signal to handle, a hang to end.
 while kill -0 "$CHILD" 2>/dev/null; do
   watch_check
   sleep 1 &
-  wait $! || true
+  wait -n || true
 done
 wait "$CHILD" || STATUS=$?
 watch_stop
