@@ -413,8 +413,10 @@ def resume(ref: str, n_trials: int | None = None) -> tuple[Run, list[str], str]:
                             fix=f"hpctrain submit --resume {run.id}")
     archive_job_failure(str(run.path))  # failure.json speaks of the new job from now on
     job_id = chosen.resubmit(run, nodes)
+    # cancelled=None: a run cancelled and resumed is not cancelled (a state read from it later
+    # must not say so, and a second cancel records its own time).
     run.update(jobs=[*rec.jobs, str(rec.job_id)], job_id=job_id, state="SUBMITTED", final=False,
-               exit_code=None, reason=None, task_states=[],
+               exit_code=None, reason=None, task_states=[], cancelled=None,
                submitted=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
     add_to_index(run)
     return run, nodes, why

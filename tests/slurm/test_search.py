@@ -1,12 +1,16 @@
 """A study on the real local Slurm cluster (issue 41): one job array of 2 workers, each trial a
 2-node torchrun launch (a gloo all_reduce across the nodes) inside the worker's allocation; one
 worker is requeued mid-trial with `scontrol requeue` and its next run resumes *that* trial
-from its checkpoint, not a new one."""
+from its checkpoint, not a new one. Then the study goes on (`submit --resume --set
+search.n_trials=4`), `hpctrain cancel` mid-trial ends every worker and every rank of the trial,
+and `submit --resume` finishes that trial from its checkpoint."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import optuna
 import yaml
@@ -72,6 +76,47 @@ def test_two_workers_of_two_node_trials_and_a_requeued_worker_resumes_its_trial(
         assert len(hosts) == 2, t.user_attrs
         assert abs(t.value - _expected(t.params["lr"])) < 1e-6  # rank 0 reported its last step
     assert {t.user_attrs["worker"] for t in trials} == {0, 1}
+
+    # One trial more; cancelled while it trains: no worker, no rank of it is left on any node
+    # (the nodes' processes are this machine's), and it stays RUNNING for --resume.
+    out = cli("submit", "--resume", run_dir.name, "--set", "search.n_trials=4").stdout
+    job2 = out.split(" job ")[1].split()[0]
+    ckpts = run_dir / "trials" / "0003" / "checkpoints"
+    deadline = time.monotonic() + 120
+    while len(list(ckpts.glob("step-*.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert len(list(ckpts.glob("step-*.json"))) >= 2, "trial 3 never trained 2 steps"
+    assert _processes(run_dir), "nothing of the study runs before the cancel"
+    cli("cancel", run_dir.name)
+    assert wait_for_job(job2, timeout=60).get("JobState") == "CANCELLED"
+    deadline = time.monotonic() + 30
+    while _processes(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not _processes(run_dir), _processes(run_dir)
+    fourth = [t for t in _study(run_dir).get_trials() if t.number == 3][0]
+    assert fourth.state == S.RUNNING and fourth.user_attrs["attempts"] == 1
+
+    out = cli("submit", "--resume", run_dir.name).stdout
+    wait_for_job(out.split(" job ")[1].split()[0], timeout=120)
+    done = [t for t in _study(run_dir).get_trials() if t.user_attrs.get("fail_cause") is None]
+    assert [t.state for t in done] == [S.COMPLETE] * 4, [(t.number, t.state) for t in done]
+    assert done[3].user_attrs["attempts"] == 2  # the cancelled trial, from its checkpoint
+    assert 2 <= int((run_dir / "trials/0003/status/resumed-0.txt").read_text()) <= STEPS
+    assert abs(done[3].value - _expected(done[3].params["lr"])) < 1e-6
+
+
+def _processes(run_dir: Path) -> list[str]:
+    """Processes (workers, trial scripts, torchrun, ranks) whose command line names the study."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                argv = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(run_dir).encode() in argv:
+                found.append(argv.replace(b"\0", b" ").decode(errors="replace")[:200])
+    return found
 
 
 def _expected(lr: float) -> float:
