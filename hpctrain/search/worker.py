@@ -55,6 +55,19 @@ def nodes() -> str:
     return os.environ.get("SLURM_JOB_NODELIST") or os.uname().nodename
 
 
+CHECKED_BY = "HPCTRAIN_NODES_CHECKED"
+
+
+def ranks_started(d: Path, since: float) -> bool:
+    """Whether a trial's ranks started since `since` (rank 0 reported progress in this attempt,
+    not an earlier attempt's file): then every node of the allocation passed the launch's node
+    checks (health gate, barrier, network floor) first."""
+    try:
+        return (d / "status" / "progress-0.json").lstat().st_mtime >= since
+    except OSError:
+        return False
+
+
 def counted(trials) -> int:
     """Trials that count toward n_trials: every one but those failed because a worker went
     away (they are run again)."""
@@ -111,6 +124,10 @@ class Worker:
         from ..backends import backend_class
         self.backend = backend_class(self.study_job.site.scheduler)()
         self.child: subprocess.Popen | None = None
+        # The trial of this allocation whose ranks started: the node checks it passed on these
+        # nodes hold for the next ones (rank/before/preflight.earlier_trial). None at first,
+        # and in every new allocation (a requeue starts a new worker process).
+        self.checked_by: str | None = None
         self.signalled: int | None = None
         self.durations: list[float] = []
         pre = self.study_job.spec.get("preemption") or {}
@@ -207,12 +224,18 @@ class Worker:
             # job's does: its status/pid then names it to cancel and to `submit --resume`
             # (backends/local.processes_of), also after this worker is killed. Under a scheduler
             # it stays in the job's, which the scheduler's signals and process tracking reach.
+            env = dict(os.environ)
+            env.pop(CHECKED_BY, None)
+            if self.checked_by is not None:
+                env[CHECKED_BY] = self.checked_by
             self.child = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL,
+                                          stdin=subprocess.DEVNULL, env=env,
                                           start_new_session=self.backend.runs_here)
             pruned_at = self.follow(trial, d)
             status = self.child.wait()
         self.child = None
+        if ranks_started(d, started):
+            self.checked_by = f"trials/{number:04d}"
         if self.signalled is not None:
             return self.after_signal(number)
         trial.set_user_attr("ended", time.time())

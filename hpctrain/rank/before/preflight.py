@@ -161,6 +161,45 @@ def _is_head() -> bool:
     return (env.get("SLURM_NODEID") or env.get("HPCTRAIN_NODE_INDEX")) == "0"
 
 
+_EARLIER = re.compile(r"trials/[0-9]{4,9}")
+
+
+def earlier_trial() -> tuple[str, str] | None:
+    """A study's trial after the first in its worker's allocation: (the name, the directory) of
+    the earlier trial of this allocation whose ranks started on these same nodes, which the
+    worker names (HPCTRAIN_NODES_CHECKED=trials/NNNN, search/worker.py). That trial's passed
+    health gate and network floor were checks of the allocation's nodes, not of a trial's
+    values: they hold for this trial, which records that it relied on them. The node barrier
+    (the rendezvous port, every node reaching the head) is run for every trial."""
+    by = os.environ.get("HPCTRAIN_NODES_CHECKED", "")
+    run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
+    if not run_dir or not _EARLIER.fullmatch(by):
+        return None
+    here = os.path.abspath(run_dir)
+    there = os.path.join(os.path.dirname(os.path.dirname(here)), by)
+    return (by, there) if there != here else None
+
+
+def _kept_verdict(me: str) -> dict | None:
+    """This node's passed health verdict of the earlier trial (earlier_trial), marked as relied
+    on; None when there is none to rely on (the gate then runs)."""
+    earlier = earlier_trial()
+    if earlier is None:
+        return None
+    from ..records import read_json
+    try:
+        old = read_json(health.record_path(earlier[1], me))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(old, dict) or old.get("ok") is not True or old.get("node") != me \
+            or not isinstance(old.get("gpus"), list) or old.get("problems"):
+        return None
+    driver = old.get("driver") if isinstance(old.get("driver"), str) else None
+    return {"node": me, "ok": True, "driver": driver, "gpus": old["gpus"], "problems": [],
+            "notes": [f"passed in {earlier[0]} on this node in this allocation: not run again"],
+            "time": time.time(), "seconds": 0.0, "relied_on": earlier[0]}
+
+
 def _health_gate(me: str) -> tuple[dict | None, str]:
     """This node's health verdict (rank/before/health.py), recorded in status/health/, and the driver
     version it tells the head (empty: not compared); None when the job has no gate. The gate's
@@ -169,11 +208,11 @@ def _health_gate(me: str) -> tuple[dict | None, str]:
     cfg = health.settings(run_dir) if run_dir else None
     if cfg is None:
         return None, ""
-    verdict = health.gate(cfg, me)
+    verdict = _kept_verdict(me) or health.gate(cfg, me)
     health.record(run_dir, verdict)
     for note in verdict["notes"]:
         _say(f"{me}: {note}")
-    if verdict["ok"]:
+    if verdict["ok"] and not verdict.get("relied_on"):
         _say(f"{me}: health gate passed: {len(verdict['gpus'])} GPU(s), driver "
              f"{verdict['driver'] or '?'}, in {verdict['seconds']:.2f} s")
     return verdict, (verdict["driver"] or "") if cfg.get("same_driver") else ""
@@ -250,6 +289,9 @@ def _network_floor(marks: dict) -> int:
     if not settings or not isinstance(settings.get("min_gbps"), (int, float)):
         return 0
     from . import netfloor
+    if _kept_floor(run_dir, float(settings["min_gbps"])):
+        marks["floor_s"] = 0.0
+        return 0
     start = time.monotonic()
     status = netfloor.run(settings)
     marks["floor_s"] = round(time.monotonic() - start, 3)
@@ -258,6 +300,30 @@ def _network_floor(marks: dict) -> int:
         me = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         return _fail(me, f"{me}: the network floor's all-reduce did not end in time")
     return status
+
+
+def _kept_floor(run_dir: str, floor: float) -> bool:
+    """Whether the earlier trial of this allocation (earlier_trial) measured the network floor
+    on these same nodes and it held, at least as high: then it is not measured again (every
+    node reads the same record, so all of them skip it or none). The head records it as relied
+    on in this trial's status/netfloor.json."""
+    from . import netfloor
+    earlier = earlier_trial()
+    old = netfloor.read(earlier[1]) if earlier is not None else None
+    nodes = [x for x in os.environ.get("HPCTRAIN_NODES", "").split(",") if x]
+    if not old or old.get("passed") is not True or old.get("nodes") != nodes \
+            or not isinstance(old.get("floor_gbps"), (int, float)) or old["floor_gbps"] < floor:
+        return False
+    if _is_head():
+        from ..records import write_json
+        try:
+            write_json(os.path.join(run_dir, "status", netfloor.RESULT),
+                       {**old, "relied_on": earlier[0], "time": time.time()}, root=run_dir)
+        except OSError:
+            pass
+        _say(f"network floor: held in {earlier[0]} on these nodes in this allocation: not "
+             "measured again")
+    return True
 
 
 def network_floor(timeout: str, floor: str) -> int:
