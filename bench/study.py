@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""A study run two ways on the same cluster (issue 41 item 7): hpctrain's workers (`search:`),
-and the peer way — Optuna on the login node, one submitit job per trial, pruning by polling each
+"""A study run three ways on the same cluster (issue 41 item 7): hpctrain's workers (`search:`);
+`hydra`, what users run: Hydra's Optuna sweeper with its submitit launcher, one submitit job per
+trial in synchronous batches of `parallel`, no pruning; and `peer`, an idealised peer: Optuna's
+optimize(n_jobs=parallel) on the login node, one submitit job per trial, pruning by polling each
 trial's progress and cancelling its job. Same program (tests/programs/known_reward.py: its
 reward is a known function of lr and width), same trials, sampler, seed, pruner and warm-up,
 same trial shape (NODES nodes) and the same number of trials at once.
 
     bench/study.py [--trials 8] [--parallel 2] [--nodes 2] [--steps 10] [--step-time 0.3]
-                   [--queue-wait S] [--only hpctrain,peer] [--markdown FILE]
+                   [--queue-wait S] [--only hpctrain,peer,hydra] [--markdown FILE]
 
 On the local cluster (tests/cluster/up.sh), under its lock:
     flock -w 3600 /run/hpctrain-cluster.lock .venv/bin/python bench/study.py --queue-wait 20
@@ -180,14 +182,8 @@ def peer_way(a, jobs: Jobs) -> dict:
     journal.unlink(missing_ok=True)
     storage = optuna.storages.JournalStorage(JournalFileBackend(
         str(journal), lock_obj=JournalFileOpenLock(str(journal))))
-    study = optuna.create_study(
-        storage=storage, direction="maximize",
-        # hpctrain's TPE (search/spaces.py): threads ask while others run, as its workers do
-        sampler=optuna.samplers.TPESampler(seed=a.seed, constant_liar=True,
-                                           n_startup_trials=min(10, max(2, a.trials // 3))),
-        # hpctrain's median pruner (search/spaces.py): the same start-up and warm-up
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=max(1, min(a.parallel, 3)),
-                                           n_warmup_steps=a.warmup))
+    # threads ask while others run, as hpctrain's workers do
+    study = peer_study(a, storage)
     extra = {"begin": f"now+{a.queue_wait}"} if a.queue_wait else {}
     lock = threading.Lock()
     t0 = time.time()
@@ -240,6 +236,86 @@ def peer_way(a, jobs: Jobs) -> dict:
     return {"t0": t0, "end": time.time(), "trials": trials}
 
 
+def peer_study(a, storage):
+    """The peers' study: hpctrain's TPE (search/spaces.py: seed, constant liar, start-up trials)
+    and, for the pruning peer, its median pruner with the same start-up and warm-up."""
+    import optuna
+    return optuna.create_study(
+        storage=storage, direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=a.seed, constant_liar=True,
+                                           n_startup_trials=min(10, max(2, a.trials // 3))),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=max(1, min(a.parallel, 3)),
+                                           n_warmup_steps=a.warmup))
+
+
+def hydra_way(a, jobs: Jobs) -> dict:
+    """What users run (issue 41's "usual way"): Hydra's Optuna sweeper with its submitit
+    launcher. The sweeper asks for `n_jobs` trials, the launcher submits them as one submitit
+    array (`executor.map_array`) and waits for every result (`[j.results()[0] for j in jobs]`),
+    then the sweeper tells the values and asks for the next batch: synchronous batches (hydra
+    #2257, #3091 closed as not planned) and no pruning (hydra #1954 open: the sweeper has no
+    pruner, and pruning one trial of a batch would not start the next any sooner). Its sweeper
+    and launcher are modelled here with Optuna and submitit themselves (Hydra's plugin pins
+    optuna<3), with hpctrain's sampler settings."""
+    import optuna
+    import shutil
+    import submitit
+    from hpctrain.rank.records import read_progress
+    out = OUT / "hydra"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = peer_study(a, None)
+    extra = {"begin": f"now+{a.queue_wait}"} if a.queue_wait else {}
+    ex = submitit.AutoExecutor(folder=str(out / "submitit"), cluster="slurm")
+    ex.update_parameters(slurm_partition="debug", nodes=a.nodes, tasks_per_node=1,
+                         cpus_per_task=1, timeout_min=30, slurm_mem="1000M",
+                         slurm_array_parallelism=a.parallel, slurm_additional_parameters=extra)
+    t0 = time.time()
+    left = a.trials
+    try:
+        while left > 0:
+            batch = [study.ask() for _ in range(min(a.parallel, left))]
+            args = []
+            for trial in batch:
+                lr = trial.suggest_float("lr", 1e-5, 1e-1, log=True)
+                width = trial.suggest_int("width", 1, 8)
+                run_dir = out / "trials" / f"{trial.number:04d}"
+                (run_dir / "status").mkdir(parents=True, exist_ok=True)
+                args.append((str(PROGRAM), [f"--lr={lr}", f"--width={width}", f"--steps={a.steps}",
+                             f"--step-time={a.step_time}"], str(run_dir), str(ROOT)))
+            submitted = time.time()
+            batch_jobs = ex.map_array(peer_trial, *zip(*args))
+            jobs.watch(str(batch_jobs[0].job_id).split("_")[0], submitted)
+            for trial, job in zip(batch, batch_jobs):
+                while not (job.done() or (jobs.seen.get(str(job.job_id))
+                                          and not jobs.pending_job(str(job.job_id)))):
+                    time.sleep(0.5)
+                run_dir = out / "trials" / f"{trial.number:04d}"
+                rec = jobs.seen.get(str(job.job_id), {})
+                trial.set_user_attr("started", rec.get("first", submitted))
+                # The cluster's clock (its job's last RUNNING look), not when this loop got to
+                # it: a trial of the batch that ended first is counted from its own end.
+                trial.set_user_attr("ended", rec.get("last", time.time()))
+                final = [p for p in read_progress(str(run_dir)) if p.rank == 0]
+                try:
+                    job.results()
+                    study.tell(trial, final[0].metrics["reward"])
+                except Exception:  # noqa: BLE001 - a failed trial, as the sweeper records it
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            left -= len(batch)
+    except BaseException:
+        for job in jobs.submitted:
+            subprocess.run(["scancel", job])
+        raise
+    while jobs.pending():
+        time.sleep(1)
+    trials = [{"number": t.number, "state": t.state.name, "value": t.value,
+               "started": t.user_attrs.get("started"), "ended": t.user_attrs.get("ended")}
+              for t in study.get_trials(deepcopy=False)]
+    return {"t0": t0, "end": time.time(), "trials": trials}
+
+
 # ----------------------------------------------------------------------------- summing up
 
 def summary(name: str, res: dict, jobs: Jobs, target: float) -> dict:
@@ -277,15 +353,20 @@ def markdown(rows: list[dict], a) -> str:
         lines.append(f"| {r['way']} | {r['wall_s']:.0f} s | {r['node_hours']:.4f} | {best} | "
                      f"{to_best} | {to_target} | {r['complete']} / {r['pruned']} / {r['failed']} | {r['jobs']} | "
                      f"{len(r['waits_s'])}: {r['wait_total_s']:.0f} s |")
-    if len(rows) == 2 and rows[1]["node_hours"]:
-        lines.append("")
-        ratio = f"{rows[0]['node_hours'] / rows[1]['node_hours']:.2f}x"
-        if rows[0]["node_hours_to_target"] and rows[1]["node_hours_to_target"]:
-            ratio += (f" in all, {rows[0]['node_hours_to_target'] / rows[1]['node_hours_to_target']:.2f}x "
-                      f"to reward >= {a.target}")
-        lines.append(f"hpctrain / peer node-hours: {ratio} (goal <= 0.6x); {a.trials} trials, "
-                     f"{a.parallel} at once, {a.nodes}-node trials, {a.steps} steps x {a.step_time} s, "
-                     f"queue wait {a.queue_wait} s")
+    ours = next((r for r in rows if r["way"] == "hpctrain"), None)
+    for peer in (r for r in rows if r["way"] != "hpctrain"):
+        if ours is None or not peer["node_hours"]:
+            continue
+        line = f"hpctrain / {peer['way']} node-hours: {ours['node_hours'] / peer['node_hours']:.2f}x in all"
+        if ours["node_hours_to_target"] and peer["node_hours_to_target"]:
+            line += (f", {ours['node_hours_to_target'] / peer['node_hours_to_target']:.2f}x to reward "
+                     f">= {a.target}")
+        if ours.get("node_hours_to_common") and peer.get("node_hours_to_common"):
+            line += (f", {ours['node_hours_to_common'] / peer['node_hours_to_common']:.2f}x to the "
+                     f"best value every way reached ({ours['common']:.4f})")
+        lines += ["", line + " (goal <= 0.6x)"]
+    lines.append(f"\n{a.trials} trials, {a.parallel} at once, {a.nodes}-node trials, {a.steps} steps x "
+                 f"{a.step_time} s, queue wait {a.queue_wait} s")
     return "\n".join(lines)
 
 
@@ -303,18 +384,31 @@ def main() -> int:
     ap.add_argument("--target", type=float, default=-0.5,
                     help="a reward that counts as found (the optimum is 0 at lr 1e-3, width 4): "
                     "wall time and node-hours until a trial reached it")
-    ap.add_argument("--only", default="hpctrain,peer")
+    ap.add_argument("--only", default="hpctrain,peer,hydra")
     ap.add_argument("--markdown", help="also write the table here")
     a = ap.parse_args()
-    rows = []
+    rows, runs = [], []
     for name in a.only.split(","):
         jobs = Jobs()
         jobs.start()
-        res = (hpctrain_way if name == "hpctrain" else peer_way)(a, jobs)
+        res = {"hpctrain": hpctrain_way, "peer": peer_way, "hydra": hydra_way}[name](a, jobs)
         jobs.stop.set()
         jobs.join()
         rows.append(summary(name, res, jobs, a.target))
+        runs.append((res, jobs))
         print(json.dumps(rows[-1]), flush=True)
+    # The same best value for every way: the lowest of their bests, which each one reached;
+    # node-hours and wall time until each first reached it.
+    bests = [r["best"] for r in rows if r["best"] is not None]
+    if len(bests) == len(rows) and rows:
+        common = min(bests)
+        for row, (res, jobs) in zip(rows, runs):
+            hit = min(t["ended"] for t in res["trials"] if t["state"] == "COMPLETE"
+                      and t["value"] is not None and t["value"] >= common and t["ended"])
+            row.update(common=common, to_common_s=hit - res["t0"],
+                       node_hours_to_common=jobs.node_hours(hit))
+            print(json.dumps({"way": row["way"], "common": common, "to_common_s": row["to_common_s"],
+                              "node_hours_to_common": row["node_hours_to_common"]}), flush=True)
     table = markdown(rows, a)
     print(table)
     if a.markdown:
