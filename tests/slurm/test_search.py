@@ -16,7 +16,7 @@ import optuna
 import yaml
 
 from hpctrain.search import journal
-from tests.conftest import ROOT, submitted, wait_for_job
+from tests.conftest import ROOT, job_states, submitted, wait_for_job
 
 STEPS = 24
 JOB = {
@@ -87,8 +87,9 @@ def test_two_workers_of_two_node_trials_and_a_requeued_worker_resumes_its_trial(
         time.sleep(0.3)
     assert len(list(ckpts.glob("step-*.json"))) >= 2, "trial 3 never trained 2 steps"
     assert _processes(run_dir), "nothing of the study runs before the cancel"
-    cli("cancel", run_dir.name)
-    assert wait_for_job(job2, timeout=60).get("JobState") == "CANCELLED"
+    said = cli("cancel", run_dir.name).stdout
+    ended = wait_for_job(job2, timeout=60)
+    assert ended.get("JobState") == "CANCELLED", (said, job_states(job2), _study(run_dir).get_trials())
     deadline = time.monotonic() + 30
     while _processes(run_dir) and time.monotonic() < deadline:
         time.sleep(0.3)

@@ -100,3 +100,4 @@ def test_the_worker_names_a_trial_whose_ranks_started_in_this_attempt(tmp_path):
     p.write_text("{}")
     os.utime(p, (1000, 1000))  # an earlier attempt's report
     assert not ranks_started(tmp_path, 2000) and ranks_started(tmp_path, 1000)
+

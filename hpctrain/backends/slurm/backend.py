@@ -255,7 +255,11 @@ class SlurmBackend(Backend):
     def _one(run: Run, records) -> JobState:
         rec = run.record
         job_id = str(rec.job_id)
-        if not rec.array_size:
+        # A study's workers are an array too (run.json parallel; no array_size: it is no sweep).
+        # Its state is every worker's, not that of the task that happens to carry the array's id:
+        # one worker that ended early must not make `status` say COMPLETED and `cancel` a no-op.
+        size = rec.array_size or ((rec.parallel or 0) if rec.kind == "study" else 0)
+        if not size:
             mine = next((r for r in records if r.job_id == job_id), None)
             if mine is None:
                 return JobState(State.UNKNOWN, job=job_id,
@@ -263,7 +267,7 @@ class SlurmBackend(Backend):
                                 "MinJobAge ago and the cluster keeps no accounting)")
             return _stopped_for_idle(run, _state(mine))
         tasks = []
-        for i in range(rec.array_size):
+        for i in range(size):
             done = next((r for r in records if r.task == i), None)
             pending = next((r for r in records if i in r.pending_tasks), None)
             if done is not None:
