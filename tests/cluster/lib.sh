@@ -20,7 +20,7 @@ case ${SLURM_RELEASE} in
         ;;
     24.11)
         readonly SLURM_ROOT=${HPCTRAIN_SLURM_ROOTS:-/var/lib/hpctrain-slurm-roots}/trixie
-        readonly SUFFIX=-24.11 NODE_PREFIX=tnode
+        readonly SUFFIX=-24.11 NODE_PREFIX=node10 # node101, node102...: tests match "node<digits>"
         readonly STATE_DIR=/var/lib/hpctrain-localcluster-24.11
         # (bound over /etc/slurm where this release runs: its clients find it at the usual place)
         readonly CONF=/var/lib/hpctrain-localcluster-24.11/etc/slurm/slurm.conf
@@ -58,10 +58,11 @@ readonly DAEMON_ENV=(env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/b
 node_ip() { echo "${SUBNET_PREFIX}.$((10 + $1))"; }
 
 # RELEASE_MOUNTS: the shell commands (sh -c) that make a new mount namespace this release's:
-# its root's /usr (and the loader's cache) over the host's, this cluster's configuration over
-# /etc/slurm. Empty for the host's own release. /work, /tmp, /root, /var stay the host's.
+# its root's /usr over the host's, with what in /etc belongs to that /usr (the loader's cache,
+# the alternatives' links: awk is mawk there), this cluster's configuration over /etc/slurm.
+# Empty for the host's own release. /work, /tmp, /root, /var stay the host's.
 if [[ -n ${SLURM_ROOT} ]]; then
-    readonly RELEASE_MOUNTS="mount --bind ${SLURM_ROOT}/usr /usr && mount --bind ${SLURM_ROOT}/etc/ld.so.cache /etc/ld.so.cache && mount --bind ${CONF%/*} /etc/slurm"
+    readonly RELEASE_MOUNTS="mount --bind ${SLURM_ROOT}/usr /usr && mount --bind ${SLURM_ROOT}/etc/ld.so.cache /etc/ld.so.cache && mount --bind ${SLURM_ROOT}/etc/alternatives /etc/alternatives && mount --bind ${CONF%/*} /etc/slurm"
 else
     readonly RELEASE_MOUNTS=
 fi

@@ -38,7 +38,7 @@ def test_two_node_report_of_a_requeued_job_from_sacct_and_each_nodes_stream(cli,
     # attempts run on the same nodes). Each attempt's stream is echoed to a file of its own.
     every = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True,
                            check=True).stdout.split()
-    util = {node: STREAMS[int(node.lstrip("abcdefghijklmnopqrstuvwxyz")) % 2] for node in set(every)}
+    util = {node: STREAMS[int(node.removeprefix("node")) % 2] for node in set(every)}
     setup = (f"export PATH={FAKES}:$PATH FAKE_SMI_GPUS=2 "
              f"FAKE_SMI_ECHO={tmp_path}/echo-{{node}}-${{SLURM_RESTART_COUNT:-0}}.csv "
              f"FAKE_SMI_PIDS={tmp_path}/smi.pids "
