@@ -144,6 +144,8 @@ fi
 
 # /etc/hosts block, rewritten in place (it may be a bind mount).
 if grep -qxF "${HOSTS_BEGIN}" /etc/hosts; then
+    exec 7>"${HOSTS_LOCK}"
+    flock -w 30 7 || echo "down.sh: warning: ${HOSTS_LOCK} held for 30 s; editing /etc/hosts anyway" >&2
     tmp=$(mktemp)
     sed "/^${HOSTS_BEGIN}\$/,/^${HOSTS_END}\$/d" /etc/hosts >"${tmp}"
     cat "${tmp}" >/etc/hosts

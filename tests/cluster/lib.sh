@@ -40,6 +40,9 @@ readonly LAPTOP_IP=${SUBNET_PREFIX}.3
 readonly LOGIN_NS=hpct${SUFFIX:+1}-login LAPTOP_NS=hpct${SUFFIX:+1}-laptop
 readonly HOSTS_BEGIN="# BEGIN hpctrain-localcluster${SUFFIX}"
 readonly HOSTS_END="# END hpctrain-localcluster${SUFFIX}"
+# Both releases' clusters edit /etc/hosts (each its own block), and may start or stop at the
+# same time: each read-modify-write of it holds this lock.
+readonly HOSTS_LOCK=/run/hpctrain-etc-hosts.lock
 # The lock every pytest session or shell user of this cluster holds (tests/conftest.py).
 readonly CLUSTER_LOCK=/run/hpctrain-cluster${SUFFIX}.lock
 # The UTS and mount namespaces of every machine (nodeI, login, laptop) are kept as bind-mounted

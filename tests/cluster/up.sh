@@ -320,6 +320,8 @@ and run this script again."
 
 write_hosts_block() {
     local tmp
+    exec 7>"${HOSTS_LOCK}"
+    flock -w 30 7 || die "another up.sh/down.sh holds ${HOSTS_LOCK}"
     tmp=$(mktemp)
     # Drop any previous block, then append the current one.
     sed "/^${HOSTS_BEGIN}\$/,/^${HOSTS_END}\$/d" /etc/hosts >"${tmp}"
@@ -329,6 +331,7 @@ write_hosts_block() {
         cat "${tmp}" >/etc/hosts
     fi
     rm -f "${tmp}"
+    exec 7>&-
 }
 
 # add_machine_net NETNS VETH IP PREFIXLEN: a namespace with eth0 = IP, its veth in the bridge.
