@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Capture the real output of every Slurm command hpctrain parses, from the test cluster of the
-# release HPCTRAIN_CLUSTER_SLURM names (22.05 or 24.11), into tests/unit/fixtures/slurm-RELEASE/captured/
-# (captured/: one scenario, the same on both) the unit tests run each parser on both releases' output (tests/unit/test_slurm_releases.py).
+# release HPCTRAIN_CLUSTER_SLURM names (22.05 or 24.11), into
+# tests/unit/fixtures/slurm-RELEASE/captured/: tests/unit/test_slurm_releases.py runs each parser
+# on both releases' output.
 #
 #   flock -w 3600 /run/hpctrain-cluster.lock tests/cluster/capture-fixtures.sh              # 22.05
 #   HPCTRAIN_CLUSTER_SLURM=24.11 flock -w 3600 /run/hpctrain-cluster-24.11.lock \
@@ -58,10 +59,8 @@ scontrol -o show job >"${out}/scontrol.txt"
 squeue --start --noheader --format='%i|%P|%Q|%S|%r' >"${out}/squeue-start.txt"
 scontrol -o show reservation >"${out}/reservation.txt"
 scontrol -o show partition >"${out}/partition.txt"
-scontrol -o show node >"${out}/node.txt"
 scontrol show config >"${out}/config.txt"
 sinfo -h -o '%P|%l|%D|%c|%m|%G|%N' >"${out}/sinfo.txt"
-sdiag >"${out}/sdiag.txt"
 sbatch --test-only -N 2 -t 00:10:00 --wrap true >"${out}/test-only.txt" 2>&1 || true
 sbatch --test-only -N 2 -t 02:00:00 --wrap true >"${out}/test-only-maint.txt" 2>&1 || true
 { sbatch --test-only -p nosuch --wrap true 2>&1 || true; } >"${out}/test-only-refused.txt"
