@@ -284,7 +284,7 @@ cluster_healthy() {
     read_file /proc/self/mountinfo mounts
     for m in login laptop; do
         ((EXTRAS)) || break
-        [[ -e /run/netns/$(machine_netns "${m}") ]] || return 1
+        [[ -e /run/netns/hpct-${m} ]] || return 1 # (the 22.05 cluster's names: EXTRAS is its own)
         [[ ${mounts} == *" ${NS_DIR}/${m}.mnt "* && ${mounts} == *" ${NS_DIR}/${m}.uts "* ]] || return 1
     done
     for ((i = 1; i <= ALL; i++)); do
