@@ -127,3 +127,16 @@ def test_test_only_answers_of_both_releases(release):
     assert line and " to start at " in line and " in partition debug" in line
     refused = captured(release, "test-only-refused.txt")
     assert "invalid partition" in refused.lower()
+
+
+def test_the_samplers_allocation_record_of_both_releases(release):
+    # rank/during/sampler.py reads the job's allocation on its head node: 22.05 names its TRES
+    # "TRES", 24.11 "AllocTRES" (and adds ReqTRES).
+    from hpctrain.rank.during.sampler import allocation_of
+    ids = scenario_ids(release)
+    line = next(ln for ln in captured(release, "scontrol.txt").splitlines()
+                if f"JobId={ids['run']} " in ln)
+    got = allocation_of(line)
+    assert got["cpus"] == 2 and got["nodes"] == 2 and got["gpus"] == 0
+    assert "cpu=2" in got["tres"] and "node=2" in got["tres"] and got["start_time"].startswith("20")
+    assert allocation_of("JobId=9 AllocTRES=cpu=8,gres/gpu=8,node=2 NumCPUs=8")["gpus"] == 8
