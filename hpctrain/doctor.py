@@ -44,6 +44,7 @@ class Report(msgspec.Struct, kw_only=True):
     run_dir: str
     state: str
     checks: list[Check]
+    scheduler: str = ""  # the release the cluster runs, e.g. "Slurm 24.11.5 (...)"
 
     @property
     def ok(self) -> bool:
@@ -52,6 +53,8 @@ class Report(msgspec.Struct, kw_only=True):
     def text(self) -> str:
         width = max(len(c.name) for c in self.checks)
         lines = [f"doctor run {self.run_id} ({self.state}): {self.run_dir}"]
+        if self.scheduler:
+            lines.append(f"scheduler: {self.scheduler}")
         for c in self.checks:
             lines.append(f"{c.verdict:>7}  {c.name:<{width}}  {c.detail}")
             if c.fix:
@@ -105,7 +108,22 @@ def run(job: str | None, site: str | None, overrides=(), timeout: float = 900,
     say(f"doctor: run {submitted.id}, job {submitted.record.job_id}: the job's settings on "
         f"{NODES} nodes, rank/before/check.py as its program ...")
     st = wait(submitted, timeout=timeout)
-    return judge(submitted, st.state.state.value, checked)
+    report = judge(submitted, st.state.state.value, checked)
+    report.scheduler = scheduler_line(backend(checked.site.scheduler).scheduler_version(),
+                                      checked.site.slurm_version)
+    return report
+
+
+def scheduler_line(now: str | None, profile: str | None) -> str:
+    """What doctor says of the cluster's Slurm release: the one it runs now, and the one the
+    site profile was detected on where they differ (a release upgrade changes what its tools
+    print; docs/slurm-releases.md)."""
+    if not now:
+        return ""
+    if profile and profile != now:
+        return (f"Slurm {now} (the site profile says {profile}: run `hpctrain site detect` "
+                "again to record the release it runs now)")
+    return f"Slurm {now}"
 
 
 def _read_jsonl(path: Path) -> list[dict]:

@@ -7,8 +7,9 @@
 #   2. the few cluster tests marked `alone` (they restart or repair the cluster, or count
 #      slurmctld's requests), alone;
 #   3. three sessions side by side: tests/slurm on node1..node4; tests/local (no cluster), then
-#      a few files of tests/slurm on node8..node9 (partition side2); tests/e2e on node5..node7
-#      (partition side), then tests/ssh (their sshds), then a few files of tests/slurm there.
+#      a few files of tests/slurm on a second cluster, Slurm 24.11's (node101..node102, beside the
+#      22.05 one: tests/cluster/README.md); tests/e2e on node5..node7 (partition side), then
+#      tests/ssh (their sshds), then a few files of tests/slurm there.
 # At the end: each tier's result and the 15 slowest tests of the whole run.
 # .ci/run calls exactly this. Needs root (apt, network namespaces).
 #
@@ -27,6 +28,13 @@ ding_pid=$!
 # Debian's packages (Slurm, shellcheck...) beside the venv's: neither needs the other.
 bash scripts/install-system-deps.sh >"${logs}/apt.log" 2>&1 &
 apt_pid=$!
+# Slurm 24.11's root (a debootstrap of Debian 13, ~45 s, mostly downloads) once apt's lock is free
+# (it may need apt for debootstrap), beside the venv's install and the unit tier.
+(
+    while kill -0 "${apt_pid}" 2>/dev/null; do sleep 0.5; done
+    exec bash scripts/install-slurm-release.sh
+) >"${logs}/release.log" 2>&1 &
+release_pid=$!
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
 # torch is pinned by constraints.txt: any other version would pull GBs of CUDA packages.
 # --no-compile: pip would byte-compile every module it installs (~45 core-seconds, one core,
@@ -47,8 +55,10 @@ echo "install (without DI-engine's venv): $((SECONDS - start)) s"
 pytest_session() {  # NAME ARGS...: one pytest session, its junit XML in ${logs}/NAME.xml
     local name=$1
     shift
+    # (RUN_IN: a prefix the session runs under, e.g. another Slurm release's clients)
+    # shellcheck disable=SC2086  # RUN_IN is words
     HPCTRAIN_HOME="${logs}/home-${name}" HPCTRAIN_RUNS_DIR="${logs}/home-${name}/runs" \
-        .venv/bin/python -m pytest -q -rs -p no:cacheprovider --junitxml="${logs}/${name}.xml" "$@"
+        ${RUN_IN:-} .venv/bin/python -m pytest -q -rs -p no:cacheprovider --junitxml="${logs}/${name}.xml" "$@"
 }
 
 # The 15 slowest tests (setup + call + teardown) of every session of this run.
@@ -71,19 +81,29 @@ EOF
 # sees it held by this shell): nobody else's up.sh/down.sh restarts it under these tests.
 exec 9>/run/hpctrain-cluster.lock
 flock -w 3600 9 || { echo "test-all: the local cluster is busy (lock /run/hpctrain-cluster.lock)" >&2; exit 1; }
+exec 8>/run/hpctrain-cluster-24.11.lock
+flock -w 3600 8 || { echo "test-all: the Slurm 24.11 cluster is busy (lock /run/hpctrain-cluster-24.11.lock)" >&2; exit 1; }
 session_pids=
 up_pid=
+up24_pid=
 cleanup() {
     # shellcheck disable=SC2086  # a list of pids
     if [[ -n ${session_pids} ]]; then kill ${session_pids} 2>/dev/null || true; fi
     if [[ -n ${up_pid} ]]; then wait "${up_pid}" 2>/dev/null || true; fi
-    # The cluster is ours (tests/cluster/down.sh ends only what up.sh started).
+    if [[ -n ${up24_pid} ]]; then wait "${up24_pid}" 2>/dev/null || true; fi
+    # The clusters are ours (tests/cluster/down.sh ends only what up.sh started).
     bash tests/cluster/down.sh
+    HPCTRAIN_CLUSTER_SLURM=24.11 bash tests/cluster/down.sh
 }
 trap cleanup EXIT
-# The cluster starts beside the unit tier, which needs none of it.
+# The clusters start beside the unit tier, which needs none of them; 24.11's once its root is in.
 bash tests/cluster/up.sh >"${logs}/up.log" 2>&1 &
 up_pid=$!
+(
+    while kill -0 "${release_pid}" 2>/dev/null; do sleep 0.5; done
+    HPCTRAIN_CLUSTER_SLURM=24.11 exec bash tests/cluster/up.sh
+) >"${logs}/up-24.11.log" 2>&1 &
+up24_pid=$!
 
 if (($# == 0)); then
     # 1. The fast tier first: it needs neither the cluster nor DI-engine.
@@ -109,6 +129,15 @@ if ! wait "${up_pid}"; then
 fi
 up_pid=
 cat "${logs}/up.log"
+if ! wait "${up24_pid}"; then
+    up24_pid=
+    cat "${logs}/release.log" "${logs}/up-24.11.log" >&2
+    echo "test-all: the Slurm 24.11 cluster did not start" >&2
+    exit 1
+fi
+up24_pid=
+grep -h "install-slurm-release:" "${logs}/release.log" || true
+cat "${logs}/up-24.11.log"
 
 if (($# > 0)); then
     pytest_session selected "$@" && rc=0 || rc=$?
@@ -129,29 +158,39 @@ echo "tests marked alone: $((SECONDS - t)) s"
 # nodes (a head name resolving to loopback, a link cut, an sshd stopped) and preempts with
 # `-p high --exclusive`, all on node1..node4 (partitions debug and high); the e2e tier's jobs run
 # in partition side and the ssh tier's hosts are the same side nodes (node5..node7); session B's
-# Slurm files run in partition side2 (node8..node9). They share nothing but slurmctld
-# (tests/cluster/up.sh).
+# Slurm files run on the other cluster, Slurm 24.11's (node101..node102, its partition debug). They
+# share nothing but slurmctld (tests/cluster/up.sh), and session B not even that.
 #     session A: tests/slurm (but the files below)
-#     session B: tests/local, then side2_files in partition side2
+#     session B: tests/local, then side2_files on the Slurm 24.11 cluster (its clients, through
+#                tests/cluster/release-exec.sh): with session A on 22.05, every command that
+#                parses Slurm's output runs on each release (docs/slurm-releases.md); then
+#                side2_22_files in partition side2 (22.05)
 #     session C: tests/e2e, then tests/ssh, then side_files in partition side
 # The files moved off session A are Slurm tests that name no node of node1..node4 (their node
 # faults, if any, land on the job's own nodes), their jobs sent to their partition by Slurm's own
-# SBATCH_PARTITION (it overrides the job script's #SBATCH --partition), so that the Slurm
-# tier's serial chain ends with the other sessions.
+# SBATCH_PARTITION (it overrides the job script's #SBATCH --partition; session B's cluster has
+# only its default partition), so that the Slurm tier's serial chain ends with the other sessions.
 side_files=(tests/slurm/test_containers.py tests/slurm/test_operate.py tests/slurm/test_lmod_cluster.py
     tests/slurm/test_multinode.py tests/slurm/test_hang_culprit.py)
 side2_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tests/slurm/test_notebook.py
-    tests/slurm/test_notify.py tests/slurm/test_chains.py tests/slurm/test_report.py
-    tests/slurm/test_idle_from_start.py)
+    tests/slurm/test_chains.py tests/slurm/test_report.py tests/slurm/test_idle_from_start.py
+    tests/slurm/test_slurm_release.py)
+# test_notify stays on 22.05 (partition side2, node8..node9), after the 24.11 files: on 24.11 a job
+# that hpctrain requeued during a preemption's grace time and that restarted within it is
+# requeued once more when it ends (docs/slurm-releases.md, "Known differences").
+side2_22_files=(tests/slurm/test_notify.py)
 t=$SECONDS
 (
     pytest_session local tests/local && rc=0 || rc=$?
     echo "tests/local: $((SECONDS - t)) s"
     t_side2=$SECONDS
-    SBATCH_PARTITION=side2 pytest_session slurm-side2 "${side2_files[@]}" &&
-        rc_side2=0 || rc_side2=$?
-    echo "${side2_files[*]}: $((SECONDS - t_side2)) s (partition side2, after tests/local)"
-    exit $((rc || rc_side2))
+    HPCTRAIN_CLUSTER_SLURM=24.11 RUN_IN="bash tests/cluster/release-exec.sh" \
+        pytest_session slurm-24.11 "${side2_files[@]}" && rc_side2=0 || rc_side2=$?
+    echo "${side2_files[*]}: $((SECONDS - t_side2)) s (Slurm 24.11, after tests/local)"
+    t_side22=$SECONDS
+    SBATCH_PARTITION=side2 pytest_session slurm-side2 "${side2_22_files[@]}" && rc_side22=0 || rc_side22=$?
+    echo "${side2_22_files[*]}: $((SECONDS - t_side22)) s (partition side2, after the 24.11 files)"
+    exit $((rc || rc_side2 || rc_side22))
 ) >"${logs}/b.out" 2>&1 &
 b_pid=$!
 (
@@ -167,7 +206,8 @@ b_pid=$!
 ) >"${logs}/c.out" 2>&1 &
 c_pid=$!
 session_pids="${b_pid} ${c_pid}"
-pytest_session slurm -m "not alone" "${side_files[@]/#/--ignore=}" "${side2_files[@]/#/--ignore=}" tests/slurm &&
+pytest_session slurm -m "not alone" "${side_files[@]/#/--ignore=}" "${side2_files[@]/#/--ignore=}" \
+    "${side2_22_files[@]/#/--ignore=}" tests/slurm &&
     rc_slurm=0 || rc_slurm=$?
 echo "tests/slurm: $((SECONDS - t)) s"
 wait "${b_pid}" && rc_b=0 || rc_b=$?

@@ -158,10 +158,14 @@ def cluster(_cluster_lock):
     several sessions share it: up.sh is not run again, as its repairs (an sshd started again, a
     node's hosts file re-synced) would land in another session's test that stopped or altered
     them on purpose."""
-    if os.environ.get("HPCTRAIN_TEST_CLUSTER_SHARED") == "1":
+    # Another release's cluster is started on the host, before the session enters its namespace
+    # (tests/cluster/release-exec.sh), where up.sh's namespaces and mounts would not outlive it.
+    if os.environ.get("HPCTRAIN_TEST_CLUSTER_SHARED") == "1" or SLURM_RELEASE != "22.05":
         proc = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=60)
         if proc.returncode != 0 or "UP" not in proc.stdout:
-            pytest.fail(f"the shared local Slurm cluster does not answer:\n{proc.stdout}\n{proc.stderr}")
+            pytest.fail(f"the shared local Slurm {SLURM_RELEASE} cluster does not answer (start it "
+                        f"with HPCTRAIN_CLUSTER_SLURM={SLURM_RELEASE} tests/cluster/up.sh):\n"
+                        f"{proc.stdout}\n{proc.stderr}")
         return "localcluster"
     proc = subprocess.run(["bash", str(CLUSTER_UP)], capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
@@ -215,7 +219,12 @@ def read_results(run_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((run_dir / "results").glob("rank-*.json"))]
 
 
-CLUSTER_LOCK = Path("/run/hpctrain-cluster.lock")
+# The Slurm release of the cluster this session tests (tests/cluster/README.md): 22.05, the
+# machine's own, or 24.11 (a cluster of its own, with its own lock; run the session through
+# tests/cluster/release-exec.sh, whose Slurm commands are that release's).
+SLURM_RELEASE = os.environ.get("HPCTRAIN_CLUSTER_SLURM", "22.05")
+CLUSTER_LOCK = Path("/run/hpctrain-cluster.lock" if SLURM_RELEASE == "22.05"
+                    else f"/run/hpctrain-cluster-{SLURM_RELEASE}.lock")
 CLUSTER_LOCK_WAIT_S = 3600
 
 

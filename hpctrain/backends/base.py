@@ -113,6 +113,11 @@ class Backend(abc.ABC):
     def requeue_allocation(self, job_ref: str) -> None:
         """Inside a job: queue it again (its next run resumes the study's trial it held)."""
 
+    def scheduler_version(self) -> str | None:
+        """The scheduler's release as its own tools say it now (doctor prints it); None where
+        there is none or it cannot be told."""
+        return None
+
     def every_node(self, command: str) -> str | None:
         """A batch-script line running `command` once on every node of the allocation, its
         output reaching the batch shell (doctor.py); None where the scheduler has one node."""

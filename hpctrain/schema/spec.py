@@ -522,6 +522,9 @@ class SiteProfile(_Strict):
     description: Annotated[str, Meta(description="one line about the site")] = ""
     scheduler: Annotated[str, Meta(description=(
             "what runs the jobs: Slurm, this machine, or hosts over ssh"))] = "slurm"
+    slurm_version: Annotated[str | None, Meta(description=(
+            "the Slurm release `site detect` found, e.g. 24.11.5 (doctor says when the "
+            "cluster runs another one now); informational"))] = None
     gpu_request: Annotated[Literal["gpus-per-node", "gres"], Meta(description=(
             "how GPUs are asked for: --gpus-per-node=[type:]N or "
             "--gres=gpu[:type]:N"))] = "gpus-per-node"

@@ -12,8 +12,8 @@
 # down.sh stops both by their pid files. See README.md ("Accounting").
 
 readonly DB_DIR=${STATE_DIR}/db
-readonly DB_PORT=6829
-readonly DBD_CONF=/etc/slurm/slurmdbd.conf
+# (DB_PORT and DBD_PORT: lib.sh, each release's own; slurmdbd.conf beside slurm.conf)
+readonly DBD_CONF=${CONF%/*}/slurmdbd.conf
 
 # render_slurmdbd_conf PASSWORD
 render_slurmdbd_conf() {
@@ -22,7 +22,8 @@ ${MARKER}
 AuthType=auth/none
 DbdHost=$(hostname -s)
 DbdAddr=${HOST_IP}
-SlurmUser=root
+${SUFFIX:+DbdPort=${DBD_PORT}
+}SlurmUser=root
 PidFile=${STATE_DIR}/run/slurmdbd.pid
 LogFile=${STATE_DIR}/log/slurmdbd.log
 StorageType=accounting_storage/mysql
@@ -75,8 +76,8 @@ start_dbd() {
         render_slurmdbd_conf "${pass}" >"${DBD_CONF}.hpctrain-tmp"
     )
     mv -f "${DBD_CONF}.hpctrain-tmp" "${DBD_CONF}"
-    detached "${DAEMON_ENV[@]}" slurmdbd </dev/null >>"${STATE_DIR}/log/slurmdbd.stdout" 2>&1 || return 1
-    retry 100 bash -c "exec 3<>/dev/tcp/${HOST_IP}/6819" || return 1
+    detached "${DAEMON_ENV[@]}" "${RELEASE_EXEC[@]}" slurmdbd </dev/null >>"${STATE_DIR}/log/slurmdbd.stdout" 2>&1 || return 1
+    retry 100 bash -c "exec 3<>/dev/tcp/${HOST_IP}/${DBD_PORT}" || return 1
     # (and it is ours: a slurmdbd that finds the port taken exits at once)
     pid_alive "${STATE_DIR}/run/slurmdbd.pid" slurmdbd
 }
@@ -106,7 +107,7 @@ build_template() {
     mariadb --no-defaults --socket="${DB_DIR}/mysqld.sock" -e "CREATE USER 'slurm'@'127.0.0.1'
         IDENTIFIED BY '${pass}'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'" || return 1
     start_dbd || return 1
-    retry 100 sacctmgr -i add cluster "${CLUSTER}" || return 1
+    retry 100 "${RELEASE_EXEC[@]}" sacctmgr -i add cluster "${CLUSTER}" || return 1
     stop_pid "${STATE_DIR}/run/slurmdbd.pid" slurmdbd
     stop_pid "${DB_DIR}/mariadbd.pid" mariadbd
     rm -f "${DB_DIR}/mysqld.sock"

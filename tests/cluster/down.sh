@@ -70,9 +70,9 @@ done
 # Our network namespaces: hpct-node<N>, hpct-login, hpct-laptop.
 namespaces=()
 if [[ -d /run/netns ]]; then
-    for path in /run/netns/hpct-*; do
+    for path in /run/netns/hpct*; do
         name=${path##*/}
-        if [[ ${name} =~ ^(${NS_PREFIX}[0-9]+|hpct-login|hpct-laptop)$ ]]; then namespaces+=("${name}"); fi
+        if [[ ${name} =~ ^(${NS_PREFIX}[0-9]+|${LOGIN_NS}|${LAPTOP_NS})$ ]]; then namespaces+=("${name}"); fi
     done
 fi
 
@@ -132,9 +132,9 @@ for ns in "${namespaces[@]}"; do
 done
 
 # Host ends of the veths (normally gone with their namespace), then the bridge.
-for path in /sys/class/net/hpct-*; do
+for path in /sys/class/net/hpct*; do
     name=${path##*/}
-    if [[ ${name} =~ ^(${VETH_PREFIX}[0-9]+|hpct-vlogin|hpct-vlaptop)$ ]]; then
+    if [[ ${name} =~ ^(${VETH_PREFIX}[0-9]+|${LOGIN_NS/-/-v}|${LAPTOP_NS/-/-v})$ ]]; then
         ip link delete "${name}" 2>/dev/null || true
     fi
 done
@@ -144,6 +144,8 @@ fi
 
 # /etc/hosts block, rewritten in place (it may be a bind mount).
 if grep -qxF "${HOSTS_BEGIN}" /etc/hosts; then
+    exec 7>"${HOSTS_LOCK}"
+    flock -w 30 7 || echo "down.sh: warning: ${HOSTS_LOCK} held for 30 s; editing /etc/hosts anyway" >&2
     tmp=$(mktemp)
     sed "/^${HOSTS_BEGIN}\$/,/^${HOSTS_END}\$/d" /etc/hosts >"${tmp}"
     cat "${tmp}" >/etc/hosts
@@ -152,7 +154,7 @@ fi
 
 if ((!quiet)); then
     now=$(date +%s%N)
-    printf 'down.sh: localcluster down (%d processes stopped, %d namespaces removed) in %d.%02d s\n' \
-        "${n_stopped}" "${#namespaces[@]}" \
+    printf 'down.sh: localcluster%s down (%d processes stopped, %d namespaces removed) in %d.%02d s\n' \
+        "${SUFFIX}" "${n_stopped}" "${#namespaces[@]}" \
         $(((now - start_ns) / 1000000000)) $(((now - start_ns) / 10000000 % 100))
 fi

@@ -35,9 +35,19 @@ readonly GPUS=4 # count-only GRES GPUs a node (gres.conf: empty files, no device
 readonly GRES_CONF=${CONF%/*}/gres.conf
 readonly FAKE_GPU_DIR=${STATE_DIR}/fakegpu
 readonly WAIT_S=${HPCTRAIN_CLUSTER_WAIT_S:-60}
-NODES=${HPCTRAIN_CLUSTER_NODES:-4}
-SSH_NODES=${HPCTRAIN_CLUSTER_SSH_NODES:-8}
-SIDE_GROUPS=${HPCTRAIN_CLUSTER_SIDE_NODES:-3,2}
+# The second release's cluster is smaller by default: two nodes, no side nodes, no sshd, no login
+# or laptop (the tests scripts/test-all.sh runs there need none of them).
+if [[ -z ${SLURM_ROOT} ]]; then
+    NODES=${HPCTRAIN_CLUSTER_NODES:-4}
+    SSH_NODES=${HPCTRAIN_CLUSTER_SSH_NODES:-8}
+    SIDE_GROUPS=${HPCTRAIN_CLUSTER_SIDE_NODES:-3,2}
+    EXTRAS=1 # login, laptop, the sshds and the podman image
+else
+    NODES=${HPCTRAIN_CLUSTER_NODES:-2}
+    SSH_NODES=0
+    SIDE_GROUPS=${HPCTRAIN_CLUSTER_SIDE_NODES:-0}
+    EXTRAS=0
+fi
 start_ns=$(date +%s%N)
 
 die() {
@@ -67,19 +77,19 @@ IFS=, read -ra sizes <<<"${SIDE_GROUPS}"
 for size in "${sizes[@]}"; do
     ((size > 0)) || continue
     first=$((NODES + SIDE + 1)) last=$((NODES + SIDE + size))
-    if ((size == 1)); then side_lists+=("node${first}"); else side_lists+=("node[${first}-${last}]"); fi
+    if ((size == 1)); then side_lists+=("${NODE_PREFIX}${first}"); else side_lists+=("${NODE_PREFIX}[${first}-${last}]"); fi
     SIDE=$((SIDE + size))
 done
 ALL=$((NODES + SIDE)) # every slurmd: node1..nodeNODES, then the side nodes
 ((ALL <= 200)) || die "HPCTRAIN_CLUSTER_NODES + HPCTRAIN_CLUSTER_SIDE_NODES must be at most 200 (node IPs 10.231.0.11..210)"
 ((SSH_NODES <= ALL)) || SSH_NODES=${ALL}
 
-if ((NODES == 1)); then node_list=node1; else node_list="node[1-${NODES}]"; fi
+if ((NODES == 1)); then node_list=${NODE_PREFIX}1; else node_list="${NODE_PREFIX}[1-${NODES}]"; fi
 
 # The machines that run an sshd: the first SSH_NODES nodes, and login.
 ssh_machines=()
-for ((i = 1; i <= SSH_NODES; i++)); do ssh_machines+=("node${i}"); done
-ssh_machines+=(login)
+for ((i = 1; i <= SSH_NODES; i++)); do ssh_machines+=("${NODE_PREFIX}${i}"); done
+((!EXTRAS)) || ssh_machines+=(login)
 
 render_conf() {
     local i
@@ -88,7 +98,8 @@ ${MARKER}
 # Test cluster for hpctrain; managed by tests/cluster/up.sh and down.sh.
 ClusterName=${CLUSTER}
 SlurmctldHost=$(hostname -s)(${HOST_IP})
-AuthType=auth/none
+${SUFFIX:+SlurmctldPort=${CTLD_PORT}
+}AuthType=auth/none
 CredType=cred/none
 # cred_expire is also the delay before a requeued job may start again (default 120 s; Slurm's
 # lowest is 5). The tests requeue dozens of jobs: each waits this long.
@@ -119,7 +130,8 @@ MinJobAge=600
 # Accounting: slurmdbd on the host (accounting.sh) so that sacct works, GPUs among its TRES.
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=${HOST_IP}
-AccountingStorageTRES=gres/gpu
+${SUFFIX:+AccountingStoragePort=${DBD_PORT}
+}AccountingStorageTRES=gres/gpu
 JobAcctGatherType=jobacct_gather/linux
 # Real preemption: a job in 'high' that needs the nodes preempts 'debug' jobs (SIGTERM at once,
 # requeued after the GraceTime). See tests/cluster/README.md for what exactly arrives when.
@@ -128,7 +140,7 @@ PreemptMode=REQUEUE
 JobRequeue=1
 EOF
     for ((i = 1; i <= ALL; i++)); do
-        echo "NodeName=node${i} NodeHostname=node${i} NodeAddr=$(node_ip "${i}") CPUs=2 RealMemory=4000 Gres=gpu:${GPUS} State=UNKNOWN"
+        echo "NodeName=${NODE_PREFIX}${i} NodeHostname=${NODE_PREFIX}${i} NodeAddr=$(node_ip "${i}") CPUs=2 RealMemory=4000 Gres=gpu:${GPUS} State=UNKNOWN"
     done
     # GraceTime: what a preempted job's ranks get to save in; 15 s is ample for the tests' small
     # models, and the real-preemption timing test waits for all of it.
@@ -149,7 +161,7 @@ render_gres() {
     local i
     echo "${MARKER}"
     for ((i = 1; i <= ALL; i++)); do
-        echo "NodeName=node${i} Name=gpu File=${FAKE_GPU_DIR}/node${i}/nvidia[0-$((GPUS - 1))]"
+        echo "NodeName=${NODE_PREFIX}${i} Name=gpu File=${FAKE_GPU_DIR}/${NODE_PREFIX}${i}/nvidia[0-$((GPUS - 1))]"
     done
 }
 
@@ -159,8 +171,8 @@ write_gres() {
         die "${GRES_CONF} exists and was not written by this script (no marker line); move it away"
     fi
     for ((i = 1; i <= ALL; i++)); do
-        mkdir -p "${FAKE_GPU_DIR}/node${i}"
-        for ((g = 0; g < GPUS; g++)); do : >>"${FAKE_GPU_DIR}/node${i}/nvidia${g}"; done
+        mkdir -p "${FAKE_GPU_DIR}/${NODE_PREFIX}${i}"
+        for ((g = 0; g < GPUS; g++)); do : >>"${FAKE_GPU_DIR}/${NODE_PREFIX}${i}/nvidia${g}"; done
     done
     write_if_changed "${GRES_CONF}" "${desired_gres}" || true
 }
@@ -168,10 +180,12 @@ write_gres() {
 render_hosts_block() {
     local i
     echo "${HOSTS_BEGIN}"
-    echo "${LOGIN_IP} login"
-    echo "${LAPTOP_IP} laptop"
+    if ((EXTRAS)); then
+        echo "${LOGIN_IP} login"
+        echo "${LAPTOP_IP} laptop"
+    fi
     for ((i = 1; i <= ALL; i++)); do
-        echo "$(node_ip "${i}") node${i}"
+        echo "$(node_ip "${i}") ${NODE_PREFIX}${i}"
     done
     echo "${HOSTS_END}"
 }
@@ -252,7 +266,7 @@ write_if_changed() {
 # node_states: "NAME STATE" per node (a node of two partitions is listed once).
 node_states() {
     # (15 s: a controller busy with a loaded 2-core machine's jobs answers late, not never)
-    timeout 15 sinfo -h -N -o '%N %t' 2>/dev/null | sort -u
+    timeout 15 "${RELEASE_EXEC[@]}" sinfo -h -N -o '%N %t' 2>/dev/null | sort -u
 }
 
 # The daemons, namespaces and files that make the cluster (everything but the sshds, the hosts
@@ -262,23 +276,24 @@ cluster_healthy() {
     read_file "${CONF}" conf || return 1
     [[ ${conf} == "${desired_conf}"$'\n' ]] || return 1
     read_file "${GRES_CONF}" conf || return 1
-    [[ ${conf} == "${desired_gres}"$'\n' && -e ${FAKE_GPU_DIR}/node${ALL}/nvidia$((GPUS - 1)) ]] || return 1
+    [[ ${conf} == "${desired_gres}"$'\n' && -e ${FAKE_GPU_DIR}/${NODE_PREFIX}${ALL}/nvidia$((GPUS - 1)) ]] || return 1
     read_file /etc/hosts hosts
     [[ ${hosts} == *"${hosts_block}"$'\n'* ]] || return 1
     pid_alive "${STATE_DIR}/run/slurmctld.pid" slurmctld || return 1
     accounting_healthy || return 1
     read_file /proc/self/mountinfo mounts
     for m in login laptop; do
-        [[ -e /run/netns/hpct-${m} ]] || return 1
+        ((EXTRAS)) || break
+        [[ -e /run/netns/hpct-${m} ]] || return 1 # (the 22.05 cluster's names: EXTRAS is its own)
         [[ ${mounts} == *" ${NS_DIR}/${m}.mnt "* && ${mounts} == *" ${NS_DIR}/${m}.uts "* ]] || return 1
     done
     for ((i = 1; i <= ALL; i++)); do
-        pid_alive "${STATE_DIR}/run/slurmd-node${i}.pid" slurmd || return 1
+        pid_alive "${STATE_DIR}/run/slurmd-${NODE_PREFIX}${i}.pid" slurmd || return 1
         [[ -e /run/netns/${NS_PREFIX}${i} ]] || return 1
-        [[ ${mounts} == *" ${NS_DIR}/node${i}.mnt "* ]] || return 1
+        [[ ${mounts} == *" ${NS_DIR}/${NODE_PREFIX}${i}.mnt "* ]] || return 1
     done
     # Any extra node left from a larger cluster means a restart is needed.
-    [[ ! -e ${STATE_DIR}/run/slurmd-node$((ALL + 1)).pid ]] || return 1
+    [[ ! -e ${STATE_DIR}/run/slurmd-${NODE_PREFIX}$((ALL + 1)).pid ]] || return 1
     states=$(node_states) || return 1
     [[ $(wc -l <<<"${states}") -eq ${ALL} ]] || return 1
     while read -r _ state; do
@@ -305,6 +320,8 @@ and run this script again."
 
 write_hosts_block() {
     local tmp
+    exec 7>"${HOSTS_LOCK}"
+    flock -w 30 7 || die "another up.sh/down.sh holds ${HOSTS_LOCK}"
     tmp=$(mktemp)
     # Drop any previous block, then append the current one.
     sed "/^${HOSTS_BEGIN}\$/,/^${HOSTS_END}\$/d" /etc/hosts >"${tmp}"
@@ -314,6 +331,7 @@ write_hosts_block() {
         cat "${tmp}" >/etc/hosts
     fi
     rm -f "${tmp}"
+    exec 7>&-
 }
 
 # add_machine_net NETNS VETH IP PREFIXLEN: a namespace with eth0 = IP, its veth in the bridge.
@@ -343,6 +361,7 @@ setup_network() {
     for ((i = 1; i <= ALL; i++)); do
         add_machine_net "${NS_PREFIX}${i}" "${VETH_PREFIX}${i}" "$(node_ip "${i}")" 24
     done
+    ((EXTRAS)) || return 0
     add_machine_net hpct-login hpct-vlogin "${LOGIN_IP}" 24
     # The laptop is on the bridge with a /32 and one route, to login: it cannot reach the
     # controller or the nodes, like a laptop outside the cluster's network.
@@ -372,7 +391,7 @@ setup_machines() {
     mount --make-private "${NS_DIR}"
     mkdir -p "${HOSTS_DIR}" "${STATE_DIR}/laptop"
     for ((i = 1; i <= ALL; i++)); do
-        : >"${HOSTS_DIR}/node${i}"
+        : >"${HOSTS_DIR}/${NODE_PREFIX}${i}"
     done
     sync_node_hosts $(seq 1 "${ALL}")
     # A machine's root has a ~/.bashrc of its own, an empty one: sshd's bash reads it for every
@@ -383,11 +402,14 @@ setup_machines() {
         >"${STATE_DIR}/root-bashrc"
     # shellcheck disable=SC2016  # $1 expands in the inner shell
     local own_bashrc='[ ! -e /root/.bashrc ] || mount --bind "$1" /root/.bashrc'
+    # (a second release's nodes: its /usr and configuration, RELEASE_MOUNTS, before anything)
+    local release=${RELEASE_MOUNTS:+${RELEASE_MOUNTS}; }
     for ((i = 1; i <= ALL; i++)); do
         # shellcheck disable=SC2016  # $1/$2 expand in the inner shell
-        create_machine "node${i}" "${own_bashrc}"'; hostname "$2"; mount --bind "$3" /etc/hosts' \
-            sh "${STATE_DIR}/root-bashrc" "node${i}" "${HOSTS_DIR}/node${i}"
+        create_machine "${NODE_PREFIX}${i}" "${release}${own_bashrc}"'; hostname "$2"; mount --bind "$3" /etc/hosts' \
+            sh "${STATE_DIR}/root-bashrc" "${NODE_PREFIX}${i}" "${HOSTS_DIR}/${NODE_PREFIX}${i}"
     done
+    ((EXTRAS)) || return 0
     create_machine login "${own_bashrc}; hostname login" sh "${STATE_DIR}/root-bashrc"
     render_laptop_ssh_config >"${STATE_DIR}/laptop/ssh_config"
     # shellcheck disable=SC2016
@@ -398,15 +420,15 @@ setup_machines() {
 
 start_daemons() {
     local i NSENTER
-    "${DAEMON_ENV[@]}" slurmctld -f "${CONF}" \
+    "${DAEMON_ENV[@]}" "${RELEASE_EXEC[@]}" slurmctld -f "${CONF}" \
         </dev/null >>"${STATE_DIR}/log/slurmctld.stdout" 2>&1 ||
         fail_with_logs "slurmctld did not start"
     for ((i = 1; i <= ALL; i++)); do
         # Not `ip netns exec`: it remounts /sys and slurmd then finds no cgroup fs.
-        machine_nsenter "node${i}"
-        "${DAEMON_ENV[@]}" "${NSENTER[@]}" slurmd -f "${CONF}" -N "node${i}" \
-            </dev/null >>"${STATE_DIR}/log/slurmd-node${i}.stdout" 2>&1 ||
-            fail_with_logs "slurmd for node${i} did not start"
+        machine_nsenter "${NODE_PREFIX}${i}"
+        "${DAEMON_ENV[@]}" "${NSENTER[@]}" slurmd -f "${CONF}" -N "${NODE_PREFIX}${i}" \
+            </dev/null >>"${STATE_DIR}/log/slurmd-${NODE_PREFIX}${i}.stdout" 2>&1 ||
+            fail_with_logs "slurmd for ${NODE_PREFIX}${i} did not start"
     done
 }
 
@@ -484,6 +506,7 @@ ensure_extras() {
     if ((${#HOSTS_CHANGED[@]} > 0)); then
         echo "up.sh: re-synced the hosts files of ${HOSTS_CHANGED[*]} with /etc/hosts"
     fi
+    ((EXTRAS)) || return 0
     ensure_ssh
     ensure_image
 }
@@ -491,7 +514,7 @@ ensure_extras() {
 fail_with_logs() {
     local f
     echo "up.sh: error: $*" >&2
-    for f in "${STATE_DIR}/log/slurmctld.log" "${STATE_DIR}"/log/slurmd-node*.log "${STATE_DIR}"/log/*.stdout \
+    for f in "${STATE_DIR}/log/slurmctld.log" "${STATE_DIR}"/log/slurmd-"${NODE_PREFIX}"*.log "${STATE_DIR}"/log/*.stdout \
         "${STATE_DIR}"/log/sshd-*.log; do
         [[ -s ${f} ]] || continue
         echo "----- tail ${f}" >&2
@@ -526,7 +549,7 @@ ssh_config=$(render_ssh_config)
 summary() {
     local side=
     ((SIDE == 0)) || side=", side ${side_lists[*]}"
-    echo "up.sh: ${CLUSTER} $1: ${NODES} nodes (${node_list})${side}, sshd on ${ssh_machines[*]}, ctld ${HOST_IP}; $2 $(elapsed) s"
+    echo "up.sh: ${CLUSTER} (Slurm ${SLURM_RELEASE}) $1: ${NODES} nodes (${node_list})${side}, sshd on ${ssh_machines[*]}, ctld ${HOST_IP}; $2 $(elapsed) s"
 }
 
 # Fast path: nothing to do but the cheap repairs.
@@ -538,7 +561,13 @@ if command -v sinfo >/dev/null && [[ -r ${CONF} ]] && cluster_healthy; then
     exit 0
 fi
 
+# Inside release-exec.sh's namespace (/usr is another release's) the namespaces and mounts made
+# here would not outlive it: a cold start runs on the host.
+if mountpoint -q /usr; then
+    die "the Slurm ${SLURM_RELEASE} cluster is not up, and cannot be started from inside release-exec.sh's namespace: run HPCTRAIN_CLUSTER_SLURM=${SLURM_RELEASE} tests/cluster/up.sh on the host first"
+fi
 "${repo_root}/scripts/install-system-deps.sh"
+[[ -z ${SLURM_ROOT} ]] || HPCTRAIN_SLURM_ROOTS=${SLURM_ROOT%/*} "${repo_root}/scripts/install-slurm-release.sh"
 
 mkdir -p "${STATE_DIR}"
 exec 9>"${STATE_DIR}/.lock"
@@ -561,7 +590,7 @@ HPCTRAIN_CLUSTER_LOCKED=1 "${here}/down.sh" --quiet
 rm -rf "${STATE_DIR}/ctld" "${STATE_DIR}/slurmd" "${STATE_DIR}/run" "${HOSTS_DIR}"
 mkdir -p "${STATE_DIR}/ctld" "${STATE_DIR}/run" "${STATE_DIR}/log"
 for ((i = 1; i <= ALL; i++)); do
-    mkdir -p "${STATE_DIR}/slurmd/node${i}"
+    mkdir -p "${STATE_DIR}/slurmd/${NODE_PREFIX}${i}"
 done
 # Keep the previous run's logs once, for debugging.
 for f in "${STATE_DIR}"/log/*.log "${STATE_DIR}"/log/*.stdout; do
@@ -575,8 +604,10 @@ accounting_pid=$!
 setup_machines
 wait "${accounting_pid}" || fail_with_logs "accounting (MariaDB, slurmdbd) did not start"
 start_daemons
-ensure_ssh
-ensure_image
+if ((EXTRAS)); then
+    ensure_ssh
+    ensure_image
+fi
 wait_idle
 
 summary "up" "idle in"

@@ -52,6 +52,7 @@ def test_doctor_healthy_cluster_passes_every_check_with_the_jobs_own_settings(cl
     assert "4 ranks, device cpu" in proc.stdout
     assert "OMP_NUM_THREADS=1" in proc.stdout  # the site's env reached the ranks
     assert "all checks passed" in proc.stdout
+    assert re.search(r"^scheduler: Slurm 22\.05\.\d+$", proc.stdout, re.M), proc.stdout
 
 
 def test_doctor_measures_the_network_against_the_jobs_floor(cli, cluster):

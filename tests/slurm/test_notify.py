@@ -5,6 +5,7 @@ URL, which carries a token, is nowhere in the run directory, its script or its l
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -19,7 +20,9 @@ from tests.slurm.survive import preempt_by_high_job, slurm_log, wait_for_checkpo
 
 pytestmark = pytest.mark.slurm
 
-BRIDGE = "10.231.0.1"  # the host on the cluster's bridge (hpct0): the only address bound here
+# The host on the cluster's bridge (hpct0; the 24.11 cluster's is hpct1, 10.231.1.1: set by
+# tests/cluster/release-exec.sh): the only address bound here.
+BRIDGE = os.environ.get("HPCTRAIN_CLUSTER_HOST_IP", "10.231.0.1")
 JOB = "examples/resumable_train.yaml"
 
 

@@ -25,6 +25,7 @@ def test_site_detect_writes_a_valid_commented_profile(cli, cluster, tmp_path):
     assert f"wrote {out} (valid)" in proc.stdout
     # (the nodes' count-only GRES GPUs: four a node, asked for as --gpus-per-node)
     assert doc["scheduler"] == "slurm" and doc["cpu_mode"] == "auto"
+    assert doc["slurm_version"].startswith("22.05.")  # the release it was detected on
     assert doc["gpu_request"] == "gpus-per-node" and "gpu_type" not in doc
     assert doc["limits"]["max_nodes"] == 4 and doc["limits"]["cpus_per_node"] == 2
     assert doc["limits"]["mem_per_node"] == "4000M" and doc["limits"]["max_gpus_per_node"] == 4

@@ -93,6 +93,13 @@ class SlurmBackend(Backend):
     def requeue_allocation(self, job_ref: str) -> None:
         commands.run(["scontrol", "requeue", job_ref])
 
+    def scheduler_version(self) -> str | None:
+        from .detect import slurm_version
+        try:
+            return slurm_version(commands.run(["scontrol", "--version"], timeout=30))
+        except commands.SchedulerError:
+            return None
+
     def every_node(self, command: str) -> str | None:
         return ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
                 f'--ntasks-per-node=1 --cpus-per-task=1 {command}')
@@ -199,7 +206,7 @@ class SlurmBackend(Backend):
     def test_start(self, script: str) -> str | None:
         """`sbatch --test-only`'s answer ("Job 12 to start at ... on nodes ... in partition
         ..."), the script given on stdin: nothing is queued."""
-        from .pending import clean
+        from .pending import clean, start_line
         try:
             out = commands.run(["bash", "-c", "exec sbatch --test-only 2>&1", "hpctrain"],
                                input=script, timeout=30)
@@ -207,8 +214,7 @@ class SlurmBackend(Backend):
             if exc.status in (None, 127):  # no Slurm here: nothing to say
                 return None
             return f"sbatch --test-only refused it: {clean(exc.stderr or exc.what, 300)}"
-        lines = [clean(ln, 300) for ln in out.splitlines() if ln.strip()]
-        return next((ln for ln in lines if ln and " to start at " in ln), lines[-1] if lines else None)
+        return start_line(out)
 
     # ------------------------------------------------------------------------------ state
 

@@ -41,6 +41,16 @@ def scontrol_config(text: str) -> dict[str, str]:
     return out
 
 
+_VERSION = re.compile(r"slurm(?:-wlm)? ([0-9]{1,3}\.[0-9]{1,2}\.[0-9]{1,3}(?:-[0-9A-Za-z.]{1,20})?)", re.ASCII)
+
+
+def slurm_version(text: str) -> str | None:
+    """`scontrol --version` ("slurm 24.11.5", Debian's "slurm-wlm 22.05.8") -> "24.11.5"; None
+    for anything else (the tool's output is untrusted)."""
+    m = _VERSION.fullmatch(text.strip()[:100])
+    return m.group(1) if m else None
+
+
 SINFO_FORMAT = "%P|%l|%D|%c|%m|%G|%N"
 
 
@@ -213,6 +223,10 @@ def decide(name: str, config: dict, parts: dict, partition: str | None, probe: d
     out.key("name", name)
     out.key("description", f"Slurm cluster {cluster}, partition {partition} (site detect)")
     out.key("scheduler", "slurm")
+    version = config.get("SLURM_VERSION", "")
+    if re.fullmatch(r"[0-9]{1,3}\.[0-9]{1,2}\.[0-9]{1,3}", version, re.ASCII):
+        out.key("slurm_version", version, "scontrol show config: SLURM_VERSION (doctor compares "
+                "it with the release the cluster runs then)")
     select = config.get("SelectType", "")
     gres_types = config.get("GresTypes", "(null)")
     gpus = max(part["gpus"]) if part else 0

@@ -123,6 +123,13 @@ def parse_start(text: str) -> list[dict]:
     return out
 
 
+def start_line(text: str) -> str | None:
+    """`sbatch --test-only`'s answer ("sbatch: Job 12 to start at ... using 2 processors on nodes
+    ... in partition ...", alike on 22.05 and 24.11) out of its output, else its last line."""
+    lines = [clean(ln, 300) for ln in text.splitlines() if ln.strip()]
+    return next((ln for ln in lines if ln and " to start at " in ln), lines[-1] if lines else None)
+
+
 def ahead(job: str, queue: list[dict]) -> tuple[int | None, float | None]:
     """(pending jobs of its partition that come first, Slurm's estimated start) for one job:
     first means a higher priority, or the same priority and an older job id."""

@@ -2,12 +2,17 @@
 
 Sources, best first: `squeue --json` (Slurm >= 21.08; keeps finished jobs for MinJobAge seconds),
 `scontrol -o show job` (any Slurm), `sacct -P` (only where accounting is enabled: it alone
-remembers jobs older than MinJobAge). Tested against Slurm 22.05.8's real output
-(tests/unit/fixtures/slurm-22.05/). Notes on 22.05:
+remembers jobs older than MinJobAge). Tested against the real output of Slurm 22.05.8 and
+24.11.5 (tests/unit/fixtures/slurm-22.05/, slurm-24.11/). Notes on 22.05:
 - `squeue --json --jobs=X` ignores the filter and returns every job: we filter ourselves.
 - squeue's `exit_code` is the raw wait status (3 << 8 for `exit 3`); scontrol's is "3:0".
 - A pending array prints one record for all its pending tasks ("1-3%1"); a pending task that is
   cancelled vanishes from every record.
+Notes on 24.11 (`squeue --json` is data_parser v0.0.42 there, 22.05's is openapi v0.0.38):
+- numbers are objects, {"set": true, "infinite": false, "number": 5} (unset: "set": false);
+- `job_state` is a list, the base state first, then flags: ["PENDING", "REQUEUED"];
+- `exit_code` is {"status": [...], "return_code": {...}, "signal": {"id": {...}, "name": ...}};
+- `--jobs=X` is honoured.
 """
 from __future__ import annotations
 
@@ -109,6 +114,33 @@ def _count(value, hi: int) -> int | None:
     return value if type(value) is int and 0 <= value <= hi else None
 
 
+def _n(value):
+    """A number as 24.11 writes it ({"set", "infinite", "number"}): the number when set and
+    finite, else None; any other value (22.05's plain numbers) as it is."""
+    if isinstance(value, dict) and "number" in value:
+        ok = value.get("set") is True and value.get("infinite") is not True
+        return value["number"] if ok else None
+    return value
+
+
+def _job_state(value) -> str | None:
+    """22.05: "PENDING"; 24.11: ["PENDING", "REQUEUED"] (the base state first, then flags)."""
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return _none(value)
+
+
+def _exit_code(value) -> int | None:
+    """22.05: the raw wait status; 24.11: {"return_code": {...}, "signal": {"id": {...}}}."""
+    if not isinstance(value, dict):
+        return _wait_status(value)
+    signal = value.get("signal")
+    sig = _count(_n(signal.get("id")), 127) if isinstance(signal, dict) else None
+    if sig:
+        return 128 + sig
+    return _count(_n(value.get("return_code")), 255)
+
+
 def _epoch(value) -> float | None:
     """Epoch seconds (0: Slurm's "not yet"), or None."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e11
@@ -143,20 +175,20 @@ def parse_squeue_json(text: str) -> list[Record]:
     data = json.loads(text)
     out = []
     for j in data.get("jobs", []):
-        job_id = _count(j.get("job_id"), MAX_JOB_ID) if isinstance(j, dict) else None
+        job_id = _count(_n(j.get("job_id")), MAX_JOB_ID) if isinstance(j, dict) else None
         if job_id is None:
             continue
-        array = _count(j.get("array_job_id"), MAX_JOB_ID) or 0
-        task = _count(j.get("array_task_id"), MAX_JOB_ID)
+        array = _count(_n(j.get("array_job_id")), MAX_JOB_ID) or 0
+        task = _count(_n(j.get("array_task_id")), MAX_JOB_ID)
         pending = expand_tasks(j["array_task_string"]) if array and task is None and \
             isinstance(j.get("array_task_string"), str) else ()
         out.append(Record(
             job_id=str(job_id), array_job_id=str(array) if array else None, task=task,
-            pending_tasks=pending, state=_none(j.get("job_state")) or "UNKNOWN",
-            reason=_none(j.get("state_reason")), exit_code=_wait_status(j.get("exit_code")),
-            nodes=_none(j.get("nodes")), node_count=_count(j.get("node_count"), MAX_JOB_ID),
-            start=_epoch(j.get("start_time")), end=_epoch(j.get("end_time")),
-            restarts=_count(j.get("restart_cnt"), MAX_JOB_ID) or 0,
+            pending_tasks=pending, state=_job_state(j.get("job_state")) or "UNKNOWN",
+            reason=_none(j.get("state_reason")), exit_code=_exit_code(j.get("exit_code")),
+            nodes=_none(j.get("nodes")), node_count=_count(_n(j.get("node_count")), MAX_JOB_ID),
+            start=_epoch(_n(j.get("start_time"))), end=_epoch(_n(j.get("end_time"))),
+            restarts=_count(_n(j.get("restart_cnt")), MAX_JOB_ID) or 0,
             stdout=_none(j.get("standard_output")),
             dependency=_none(j.get("dependency")), partition=_none(j.get("partition")),
             qos=_none(j.get("qos")), user=_none(j.get("user_name")),

@@ -203,6 +203,20 @@ def parse_line(line: str) -> tuple | None:
             _number(parts[4]), _number(parts[5]))
 
 
+
+def allocation_of(text: str) -> dict:
+    """`scontrol show job -o`'s record -> what the job was allocated: its TRES (22.05 calls them
+    TRES, 24.11 AllocTRES), GPUs, CPUs, nodes and start time."""
+    fields = dict(re.findall(r"(?:^|\s)([A-Za-z/]+)=(\S*)", text))
+    tres = fields.get("AllocTRES") or fields.get("TRES") or ""
+    found = re.search(r"gres/gpu=([0-9]+)", tres)
+    cpus = fields.get("NumCPUs", "")
+    nodes = fields.get("NumNodes", "").split("-")[0]
+    return {"tres": tres[:1000], "gpus": int(found.group(1)) if found else 0,
+            "cpus": int(cpus) if cpus.isdigit() else None,
+            "nodes": int(nodes) if nodes.isdigit() else None,
+            "start_time": fields.get("StartTime", "")[:40]}
+
 class Sampler:
     def __init__(self, run_dir: str, parent: int, nnodes: int):
         self.run_dir, self.parent, self.nnodes = run_dir, parent, nnodes
@@ -270,19 +284,10 @@ class Sampler:
             said = out.stderr.decode("utf-8", "replace").strip()[:200]
             self.error(f"scontrol show job exited {out.returncode}: {said}")
             return
-        fields = dict(re.findall(r"(?:^|\s)([A-Za-z/]+)=(\S*)",
-                                 out.stdout[:65536].decode("utf-8", "replace")))
-        tres = fields.get("AllocTRES") or fields.get("TRES") or ""
-        found = re.search(r"gres/gpu=([0-9]+)", tres)
-        gpus = int(found.group(1)) if found else 0
-        cpus = fields.get("NumCPUs", "")
-        nodes = fields.get("NumNodes", "").split("-")[0]
         from ..records import write_json
-        write_json(os.path.join(self.status, f"allocation-{job}-{self.attempt}.json"), {
-            "source": "scontrol", "job_id": job, "attempt": self.attempt, "tres": tres[:1000],
-            "gpus": gpus, "cpus": int(cpus) if cpus.isdigit() else None,
-            "nodes": int(nodes) if nodes.isdigit() else None,
-            "start_time": fields.get("StartTime", "")[:40], "time": time.time()}, root=self.run_dir)
+        write_json(os.path.join(self.status, f"allocation-{job}-{self.attempt}.json"), dict(
+            allocation_of(out.stdout[:65536].decode("utf-8", "replace")),
+            source="scontrol", job_id=job, attempt=self.attempt, time=time.time()), root=self.run_dir)
 
     # --- progress and idle
 
