@@ -28,7 +28,7 @@ BACKENDS = dict(SCHEDULERS, submitit=("submitit", "SubmititBackend"))
 # Site-profile keys that only some schedulers read: a profile of another scheduler that sets one
 # is refused (check_site below), so that a misplaced key never passes in silence.
 SITE_KEYS = {"hosts": ("ssh",), "ssh": ("ssh", "slurm"), "sync": ("ssh",), "login": ("slurm",),
-             "remote": ("slurm",)}
+             "remote": ("slurm",), "rest": ("slurm",)}
 
 
 def check_site(site, doc) -> None:
@@ -68,6 +68,9 @@ def for_run(run) -> Backend:
                             "hpctrain does not know", fix=f"valid: {', '.join(sorted(SCHEDULERS))}")
     chosen = backend(rec.backend)
     chosen.check_record(run)
+    if rec.extra.get("rest") is not None:  # through slurmrestd (backends/slurm/rest.py)
+        rest = import_module(".slurm.rest", __name__)
+        return rest.RestBackend(chosen, rest.checked(rec.extra["rest"], str(where)))
     far = rec.extra.get("remote")
     if far:
         login = import_module(".slurm.login", __name__)

@@ -38,6 +38,9 @@ class Here:
 
 
 def for_site(site) -> Here:
+    if site.rest is not None:
+        from .slurm.rest import ThroughRest
+        return ThroughRest(site)
     if site.login:
         from .slurm.login import ThroughLogin
         return ThroughLogin(site)

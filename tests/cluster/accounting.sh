@@ -20,6 +20,8 @@ render_slurmdbd_conf() {
     cat <<EOF
 ${MARKER}
 AuthType=auth/none
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=${JWT_KEY}
 DbdHost=$(hostname -s)
 DbdAddr=${HOST_IP}
 SlurmUser=root
