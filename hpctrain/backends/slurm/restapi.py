@@ -145,13 +145,15 @@ class Rest:
             if status == 404:
                 raise self._error(f"{self.url} does not serve {path} (HTTP 404)",
                                   "set rest.version to one the server loads, or auto") from None
-            if status in (401, 403):
+            if status in (401, 403, 511):
                 raise self._refused(status, "") from None
             raise self._error(f"{self.url} gave an answer to {method} {path} that is not "
                               f"slurmrestd's (HTTP {status}: {' '.join(str(exc).split())[:200]})",
                               "check rest.url: it must be slurmrestd itself, not a proxy's "
                               "or a login page") from None
-        if status in (401, 403):
+        if status in (401, 403, 511) or any("authentication" in f"{e.description} {e.error}".lower()
+                                             for e in decoded.errors):
+            # 24.11 answers a token slurmctld rejects with HTTP 511 "Protocol authentication error"
             raise self._refused(status, said(decoded.errors) if decoded.errors else "")
         if status >= 400 or (decoded.errors and not getattr(decoded, "job_id", None)):
             # (a submit that queued its job may still say something: "Job is in held state")

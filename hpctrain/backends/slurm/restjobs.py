@@ -37,7 +37,7 @@ _FIELDS = {
     "reservation": ("reservation", "reservation", "text"),
     "comment": ("comment", "comment", "text"),
     "dependency": ("dependency", "dependency", "text"),
-    "kill-on-invalid-dep": ("kill_on_invalid_dependency", "kill_on_invalid_dependency", "yes"),
+    "kill-on-invalid-dep": ("kill_on_invalid_dependency", "flags", "yes"),
     "array": ("array", "array", "text"),
     "output": ("standard_output", "standard_output", "text"),
     "error": ("standard_error", "standard_error", "text"),
@@ -110,6 +110,11 @@ def description(script: str, version: str, env: dict[str, str], cwd: str,
                 "warning before the time limit; `hpctrain submit --resume` starts it again), "
                 "or use a cluster whose slurmrestd speaks v0.0.39 or newer (Slurm 23.02 on), or "
                 "submit with Slurm's tools")
+        if new and key == "kill-on-invalid-dep":  # a job flag since v0.0.40
+            yes = (value or "").lower() in ("yes", "true", "1")
+            job.setdefault("flags", []).append("KILL_INVALID_DEPENDENCY" if yes
+                                               else "NO_KILL_INVALID_DEPENDENCY")
+            continue
         job[name] = _value(field[2], key, value or "", new)
     job["environment"] = [f"{k}={v}" for k, v in env.items()] if new else dict(env)
     job["current_working_directory"] = job.get("current_working_directory", cwd)
