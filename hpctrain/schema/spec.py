@@ -533,7 +533,7 @@ class RestRule(_Strict):
                        Meta(description=(
             "the OpenAPI plugin version to speak (slurmrestd -s openapi/...); auto: the newest "
             "the server answers"))] = "auto"
-    timeout: Annotated[Seconds, Meta(description=(
+    timeout: Annotated[Annotated[int, Meta(ge=1, le=3600)], Meta(description=(
             "seconds before a server that does not answer is named"))] = 30
 
 
