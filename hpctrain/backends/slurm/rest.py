@@ -30,7 +30,6 @@ from ...errors import HpctrainError
 from ...runs.records import Run
 from ..base import Backend, JobState
 from ..commands import SchedulerError
-from ..transport import Here
 from . import restapi, restjobs
 
 # The job's PATH: the batch shell starts with no environment from here but this (and secrets).
@@ -62,12 +61,23 @@ def checked(rec, where: str) -> dict:
                             "run directory; its values only name where requests go") from None
 
 
-class ThroughRest(Here):
+class ThroughRest:
     """The transport of a site with `rest:` (backends/transport.py): the run directory is the
-    one here, on a file system the cluster shares; the scheduler is asked over HTTP."""
+    one here, on a file system the cluster shares (as transport.Here: the code snapshot is
+    copied into it, the job runs this interpreter); the scheduler is asked over HTTP."""
+
+    snapshots_code = True
+    login: str | None = None
 
     def __init__(self, site):
         self.site = site
+
+    def place(self, run_dir: Path, name: str, run_id: str) -> tuple[Path, Path | None, str | None]:
+        return run_dir, None, None
+
+    def python(self) -> list[str]:
+        import sys
+        return [sys.executable]
 
     def command(self, words: list[str]) -> list[str]:
         return ["POST", f"{self.site.rest.url.rstrip('/')}/slurm/<version>/job/submit", *words[-1:]]
