@@ -390,3 +390,15 @@ def _site():
     from hpctrain.schema.spec import SiteProfile
     import msgspec
     return msgspec.convert(REST_SITE, SiteProfile)
+
+
+def test_the_dry_run_asks_no_slurm_command_here_for_a_rest_site(tmp_path, home, monkeypatch):
+    """This machine's sbatch/scontrol (if any) belong to another cluster or none."""
+    from hpctrain.rank import tools
+    from hpctrain.submission import collisions, test_start
+    write_site(tmp_path, monkeypatch, REST_SITE)
+    monkeypatch.chdir(tmp_path)
+    prep = prepare(load_job(job(tmp_path, resources={"time": "1:00:00"}), site="far"), run_id="RID")
+    asked = []
+    monkeypatch.setattr(tools, "run", lambda *a, **kw: asked.append(a) or 1 / 0)
+    assert collisions(prep) == [] and test_start(prep) is None and asked == []

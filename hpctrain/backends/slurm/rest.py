@@ -61,6 +61,16 @@ def checked(rec, where: str) -> dict:
                             "run directory; its values only name where requests go") from None
 
 
+class NoTools:
+    """Where a REST site's scheduler tools would run (commands.on): nowhere. A Slurm command
+    found on this machine would answer for another cluster, or none: the checks that ask one
+    (a maintenance ahead, sbatch --test-only's start estimate) say nothing instead."""
+
+    def tool(self, command: list[str], timeout: float = 60, input: str | None = None) -> str:
+        raise SchedulerError(command, None, "a site reached through slurmrestd (rest:) has no "
+                             "Slurm commands here")
+
+
 class ThroughRest:
     """The transport of a site with `rest:` (backends/transport.py): the run directory is the
     one here, on a file system the cluster shares (as transport.Here: the code snapshot is
