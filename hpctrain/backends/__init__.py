@@ -2,7 +2,8 @@
 
     slurm/       sbatch / squeue / sacct / scancel       templates/slurm/
                  (records: their output parsed; detect: `site detect`; login: the login-node
-                 transport for clusters reached over ssh)
+                 transport for clusters reached over ssh; rest: the slurmrestd transport,
+                 restapi its HTTP client, restjobs the jobs in its words)
     local.py     this machine, no scheduler              templates/local/
     ssh/         hosts reached over ssh, no scheduler    templates/ssh/ (openssh: the ssh side)
     submitit.py  Python functions, through submitit      (the Slurm or local script of its site)
