@@ -402,3 +402,17 @@ def test_the_dry_run_asks_no_slurm_command_here_for_a_rest_site(tmp_path, home, 
     asked = []
     monkeypatch.setattr(tools, "run", lambda *a, **kw: asked.append(a) or 1 / 0)
     assert collisions(prep) == [] and test_start(prep) is None and asked == []
+
+
+def test_cancel_of_a_job_that_just_ended_is_no_error(tmp_path, home, server, monkeypatch):
+    monkeypatch.setenv("HPCT_JWT", TOKEN)
+    backend = for_run(a_run(tmp_path, dict(rest.record(_site()), url=server.url, version="v0.0.38")))
+    done = {"errors": [{"description": "Job/step already completing or completed",
+                        "error_number": 2021, "error": "x", "source": "slurm_kill_job"}]}
+    server.json("/slurm/v0.0.38/job/12", done, 500)
+    backend.cancel(Run(tmp_path / "runs" / "j" / "RID"))
+    assert server.seen[-1][:2] == ("DELETE", "/slurm/v0.0.38/job/12")
+    server.json("/slurm/v0.0.38/job/12", {"errors": [{"description": "unable to kill JobId=12",
+                "error_number": 2017, "error": "Invalid job id specified"}]}, 500)
+    exc = failure(lambda: backend.abort("12"))
+    assert "HTTP 500: unable to kill JobId=12: Invalid job id specified" in exc.what

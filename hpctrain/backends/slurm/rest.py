@@ -128,7 +128,15 @@ class RestBackend(Backend):
             body = restjobs.description(script, version, env, cwd, list(exclude))
         except HpctrainError as exc:
             raise HpctrainError(f"site '{self.rec['site']}': {exc.what}", fix=exc.fix) from None
-        answer = self.api.call("POST", "job/submit", body, restapi.Submitted)
+        try:
+            answer = self.api.call("POST", "job/submit", body, restapi.Submitted)
+        except restapi.Refused as exc:
+            if exc.http_status in (401, 403, 511) or "token" in (exc.fix or ""):
+                raise
+            raise HpctrainError(f"{exc.what.split(': ', 1)[0]}: slurmrestd refused the job: "
+                                f"{restapi.said(exc.errors)}", fix="check partition/account/qos/"
+                                "time against the site profile; `hpctrain submit --dry-run` "
+                                "shows the script") from None
         if not isinstance(answer.job_id, int) or not 0 < answer.job_id < restjobs.records.MAX_JOB_ID:
             raise SchedulerError(["slurmrestd"], None, "no job id", what=f"site "
                                  f"'{self.rec['site']}': slurmrestd accepted the job but gave no "
@@ -172,7 +180,12 @@ class RestBackend(Backend):
         if not re.fullmatch(r"[0-9]{1,19}", str(job_id)):
             raise HpctrainError(f"job id {str(job_id)[:40]!r} is not a Slurm job id",
                                 fix="restore run.json's job_id")
-        self.api.call("DELETE", f"job/{job_id}")
+        try:
+            self.api.call("DELETE", f"job/{job_id}")
+        except restapi.Refused as exc:
+            # ESLURM_ALREADY_DONE: it ended between the status asked and now, as scancel allows
+            if not exc.errors or any(e.error_number != 2021 for e in exc.errors):
+                raise
 
     def requeue_allocation(self, job_ref: str) -> None:
         raise HpctrainError(

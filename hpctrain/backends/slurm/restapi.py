@@ -157,7 +157,7 @@ class Rest:
             raise self._refused(status, said(decoded.errors) if decoded.errors else "")
         if status >= 400 or (decoded.errors and not getattr(decoded, "job_id", None)):
             # (a submit that queued its job may still say something: "Job is in held state")
-            raise _Refused(self, method, path, status, decoded.errors)
+            raise Refused(self, method, path, status, decoded.errors)
         return decoded
 
     def _send(self, request, path: str) -> tuple[int, bytes]:
@@ -206,13 +206,14 @@ class _NotServed(Exception):
     """A version probe's 404: this server does not load that plugin."""
 
 
-class _Refused(SchedulerError):
+class Refused(SchedulerError):
     """slurmrestd answered, and said no (its errors list, or an HTTP error status)."""
 
     def __init__(self, rest: Rest, method: str, path: str, status: int, errors: list[Error]):
         self.errors, self.http_status = errors, status
         text = said(errors)
-        fix = None
+        fix = ("the words after the status are Slurm's own, as its commands would print them; "
+               f"`{rest.url}/slurm/<version>/ping` says whether slurmctld answers")
         if status >= 500 and any(e.error_number == -1 for e in errors):
             # Slurm 22.05 answers a token slurmctld rejects so: HTTP 500, "Unspecified error".
             fix = ("a wrong or expired token reads like this: " +
