@@ -64,6 +64,8 @@ def directives(script: str) -> list[tuple[str, str | None]]:
     (SlurmBackend.header wrote them: one option a line, a value with a space in "")."""
     out = []
     for line in script.splitlines()[1:]:
+        if not line.strip():
+            continue  # as sbatch: blank lines do not end the directives, commands do
         if not line.startswith("#"):
             break
         if not line.startswith("#SBATCH --"):
