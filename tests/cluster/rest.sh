@@ -31,9 +31,10 @@ ensure_rest() {
     local pidfile=${STATE_DIR}/run/slurmrestd.pid
     pid_alive "${pidfile}" slurmrestd && return 0
     mkdir -p "${STATE_DIR}/run" "${STATE_DIR}/log"
-    # setsid (not -f: a background job is no group leader, so it does not fork) and setpriv
-    # exec in turn: $! is slurmrestd's own pid.
-    "${DAEMON_ENV[@]}" SLURM_JWT=daemon setsid setpriv --reuid="${REST_USER}" --regid=nogroup \
+    # detached (accounting.sh): no inherited descriptor, or slurmrestd would hold the caller's
+    # /run/hpctrain-cluster.lock for its life. setsid (not -f: a background job is no group
+    # leader, so it does not fork) and setpriv exec in turn: $! is slurmrestd's own pid.
+    detached "${DAEMON_ENV[@]}" SLURM_JWT=daemon setsid setpriv --reuid="${REST_USER}" --regid=nogroup \
         --clear-groups /usr/sbin/slurmrestd -f "${CONF}" -a rest_auth/jwt -s openapi/v0.0.38 \
         "127.0.0.1:${REST_PORT}" </dev/null >>"${STATE_DIR}/log/slurmrestd.stdout" 2>&1 &
     echo "$!" >"${pidfile}"
