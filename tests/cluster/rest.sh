@@ -32,12 +32,13 @@ ensure_rest() {
     pid_alive "${pidfile}" slurmrestd && return 0
     mkdir -p "${STATE_DIR}/run" "${STATE_DIR}/log"
     # detached (accounting.sh): no inherited descriptor, or slurmrestd would hold the caller's
-    # /run/hpctrain-cluster.lock for its life. setsid (not -f: a background job is no group
-    # leader, so it does not fork) and setpriv exec in turn: $! is slurmrestd's own pid.
-    detached "${DAEMON_ENV[@]}" SLURM_JWT=daemon setsid setpriv --reuid="${REST_USER}" --regid=nogroup \
-        --clear-groups /usr/sbin/slurmrestd -f "${CONF}" -a rest_auth/jwt -s openapi/v0.0.38 \
-        "127.0.0.1:${REST_PORT}" </dev/null >>"${STATE_DIR}/log/slurmrestd.stdout" 2>&1 &
-    echo "$!" >"${pidfile}"
+    # /run/hpctrain-cluster.lock for its life. The shell writes its own pid, then it, env,
+    # setsid (no group leader: it does not fork) and setpriv exec in turn: slurmrestd's pid.
+    # shellcheck disable=SC2016 # $$ and $@ are that shell's
+    detached bash -c 'echo "$$" >"$0" && exec "$@"' "${pidfile}" "${DAEMON_ENV[@]}" SLURM_JWT=daemon \
+        setsid setpriv --reuid="${REST_USER}" --regid=nogroup --clear-groups /usr/sbin/slurmrestd \
+        -f "${CONF}" -a rest_auth/jwt -s openapi/v0.0.38 "127.0.0.1:${REST_PORT}" \
+        </dev/null >>"${STATE_DIR}/log/slurmrestd.stdout" 2>&1 &
     local tries=50
     while ((tries-- > 0)); do
         if (exec 3<>"/dev/tcp/127.0.0.1/${REST_PORT}") 2>/dev/null; then
