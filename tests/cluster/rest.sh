@@ -7,8 +7,8 @@
 #             `scontrol token` signs tokens slurmctld accepts
 #   slurmrestd  http://127.0.0.1:${REST_PORT}, rest_auth/jwt only, run as the unprivileged user
 #             nobody (slurmrestd refuses root and SlurmUser); SLURM_JWT=daemon makes it speak
-#             auth/jwt to slurmctld with each request's token. Its pid file is
-#             run/slurmrestd.pid, its log log/slurmrestd.stdout; down.sh stops it.
+#             auth/jwt to slurmctld with each request's token. Its pid file and log are in
+#             rest/ (slurmrestd.pid, slurmrestd.log); down.sh stops it.
 #   a token   `scontrol token username=root lifespan=600` (as root on the host); clients send it
 #             as X-SLURM-USER-TOKEN
 # See README.md ("REST").
@@ -16,6 +16,9 @@
 readonly JWT_KEY=${STATE_DIR}/jwt_hs256.key
 readonly REST_PORT=6820
 readonly REST_USER=nobody
+# Its pid file and log live here, not in run/ and log/, which a cold start wipes and rotates
+# (by any tree's up.sh): a slurmrestd that outlives a restart stays found.
+readonly REST_DIR=${STATE_DIR}/rest
 
 # The key must exist before slurmctld and slurmdbd read their configuration: made here, when
 # up.sh sources this file (a no-op once it exists).
@@ -28,9 +31,9 @@ fi
 # never restarted when it runs (it connects to slurmctld per request, so a cluster restart
 # does not concern it).
 ensure_rest() {
-    local pidfile=${STATE_DIR}/run/slurmrestd.pid
+    local pidfile=${REST_DIR}/slurmrestd.pid
     pid_alive "${pidfile}" slurmrestd && return 0
-    mkdir -p "${STATE_DIR}/run" "${STATE_DIR}/log"
+    mkdir -p "${REST_DIR}"
     # detached (accounting.sh): no inherited descriptor, or slurmrestd would hold the caller's
     # /run/hpctrain-cluster.lock for its life. The shell writes its own pid, then it, env,
     # setsid (no group leader: it does not fork) and setpriv exec in turn: slurmrestd's pid.
@@ -38,7 +41,7 @@ ensure_rest() {
     detached bash -c 'echo "$$" >"$0" && exec "$@"' "${pidfile}" "${DAEMON_ENV[@]}" SLURM_JWT=daemon \
         setsid setpriv --reuid="${REST_USER}" --regid=nogroup --clear-groups /usr/sbin/slurmrestd \
         -f "${CONF}" -a rest_auth/jwt -s openapi/v0.0.38 "127.0.0.1:${REST_PORT}" \
-        </dev/null >>"${STATE_DIR}/log/slurmrestd.stdout" 2>&1 &
+        </dev/null >>"${REST_DIR}/slurmrestd.log" 2>&1 &
     local tries=50
     while ((tries-- > 0)); do
         if (exec 3<>"/dev/tcp/127.0.0.1/${REST_PORT}") 2>/dev/null; then
@@ -47,6 +50,6 @@ ensure_rest() {
         sleep 0.1
     done
     echo "up.sh: error: slurmrestd did not listen on 127.0.0.1:${REST_PORT}" >&2
-    tail -n 15 "${STATE_DIR}/log/slurmrestd.stdout" >&2
+    tail -n 15 "${REST_DIR}/slurmrestd.log" >&2
     return 1
 }

@@ -70,7 +70,7 @@ def test_submit_follow_cancel_and_resume_through_slurmrestd(cli, tmp_path, rest_
                timeout=180)
     job_id, run_dir = submitted(done.stdout)
     record = json.loads((run_dir / "run.json").read_text())
-    assert record["extra"]["rest"] == {"site": "restcluster", "url": REST_URL, "user": None,
+    assert record["rest"] == {"site": "restcluster", "url": REST_URL, "user": None,
                                        "token_from": "HPCT_REST_JWT", "version": "v0.0.38",
                                        "timeout": 30}
     st = status_json(run, run_dir.name)
