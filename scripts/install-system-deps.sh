@@ -7,9 +7,11 @@ set -euo pipefail
 # Slurm for the local test cluster; openssh (an sshd per node, a login node, a laptop);
 # podman with runc (crun fails on this cgroup layout) and catatonit (`podman run --init`);
 # lmod (real modules on the nodes); rsync (copying code to hosts); slurmdbd and MariaDB (the
-# cluster's accounting: sacct). See tests/cluster/README.md.
+# cluster's accounting: sacct); slurmrestd and the auth/jwt plugin (the REST way in,
+# tests/cluster/rest.sh). See tests/cluster/README.md.
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd mariadb-server shellcheck iproute2 procps
-    openssh-server openssh-client podman runc conmon catatonit lmod rsync util-linux)
+    openssh-server openssh-client podman runc conmon catatonit lmod rsync util-linux slurmrestd
+    slurm-wlm-jwt-plugin)
 
 if [[ ${EUID} -ne 0 ]]; then
     echo "install-system-deps: must run as root" >&2

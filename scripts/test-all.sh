@@ -175,10 +175,11 @@ side_files=(tests/slurm/test_containers.py tests/slurm/test_operate.py tests/slu
 side2_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tests/slurm/test_notebook.py
     tests/slurm/test_chains.py tests/slurm/test_report.py tests/slurm/test_idle_from_start.py
     tests/slurm/test_slurm_release.py)
-# test_notify stays on 22.05 (partition side2, node8..node9), after the 24.11 files: on 24.11 a job
+# test_rest needs the 22.05 cluster's slurmrestd. test_notify stays on 22.05 (partition side2,
+# node8..node9), after the 24.11 files: on 24.11 a job
 # that hpctrain requeued during a preemption's grace time and that restarted within it is
 # requeued once more when it ends (docs/slurm-releases.md, "Known differences").
-side2_22_files=(tests/slurm/test_notify.py)
+side2_22_files=(tests/slurm/test_notify.py tests/slurm/test_rest.py)
 t=$SECONDS
 (
     pytest_session local tests/local && rc=0 || rc=$?

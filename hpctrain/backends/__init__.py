@@ -2,7 +2,8 @@
 
     slurm/       sbatch / squeue / sacct / scancel       templates/slurm/
                  (records: their output parsed; detect: `site detect`; login: the login-node
-                 transport for clusters reached over ssh)
+                 transport for clusters reached over ssh; rest: the slurmrestd transport,
+                 restapi its HTTP client, restjobs the jobs in its words)
     local.py     this machine, no scheduler              templates/local/
     ssh/         hosts reached over ssh, no scheduler    templates/ssh/ (openssh: the ssh side)
     submitit.py  Python functions, through submitit      (the Slurm or local script of its site)
@@ -28,7 +29,7 @@ BACKENDS = dict(SCHEDULERS, submitit=("submitit", "SubmititBackend"))
 # Site-profile keys that only some schedulers read: a profile of another scheduler that sets one
 # is refused (check_site below), so that a misplaced key never passes in silence.
 SITE_KEYS = {"hosts": ("ssh",), "ssh": ("ssh", "slurm"), "sync": ("ssh",), "login": ("slurm",),
-             "remote": ("slurm",)}
+             "remote": ("slurm",), "rest": ("slurm",)}
 
 
 def check_site(site, doc) -> None:
@@ -68,6 +69,9 @@ def for_run(run) -> Backend:
                             "hpctrain does not know", fix=f"valid: {', '.join(sorted(SCHEDULERS))}")
     chosen = backend(rec.backend)
     chosen.check_record(run)
+    if rec.extra.get("rest") is not None:  # through slurmrestd (backends/slurm/rest.py)
+        rest = import_module(".slurm.rest", __name__)
+        return rest.RestBackend(chosen, rest.checked(rec.extra["rest"], str(where)))
     far = rec.extra.get("remote")
     if far:
         login = import_module(".slurm.login", __name__)

@@ -38,6 +38,9 @@ class Here:
 
 
 def for_site(site) -> Here:
+    if site.rest is not None:
+        from .slurm.rest import ThroughRest
+        return ThroughRest(site)
     if site.login:
         from .slurm.login import ThroughLogin
         return ThroughLogin(site)
@@ -48,9 +51,12 @@ def scheduler_tools(where, run_dir: Path):
     """A context in which backends/commands.run reaches the site's scheduler tools: here, or
     on the login node a ThroughLogin transport names."""
     from contextlib import nullcontext
+    from . import commands
+    if where.record(run_dir).get("rest") is not None:
+        from .slurm.rest import NoTools
+        return commands.on(NoTools())  # the dry run's extras degrade; this host's Slurm is not it
     far = where.record(run_dir).get("remote")
     if not far:
         return nullcontext()
-    from . import commands
     from .slurm.login import Login
     return commands.on(Login(far))

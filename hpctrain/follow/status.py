@@ -194,8 +194,8 @@ def gather_many(runs: list[Run], live: bool = True, follow: bool = True) -> list
                 continue
             if run.record.job_id is None and not _adopted(run, states):
                 continue
-            far = run.record.extra.get("remote") or {}  # a mapping (runs/untrusted.py)
-            key = (run.record.backend, str(far.get("login")), str(far.get("ssh")))
+            far = run.record.extra.get("remote") or run.record.extra.get("rest") or {}  # mappings
+            key = (run.record.backend, str(far.get("login") or far.get("url")), str(far.get("ssh")))
             by_backend.setdefault(key, []).append(run)
         for (name, _, _), group in by_backend.items():
             try:

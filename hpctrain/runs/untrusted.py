@@ -222,7 +222,7 @@ def check_record(rec, path) -> None:
     for i, j in enumerate(rec.jobs):
         if not (isinstance(j, str) and JOB_ID.fullmatch(j)):
             raise _bad(path, f"jobs[{i}]", f"is {excerpt(str(j))}, not a job id")
-    for key in ("ssh", "remote"):
+    for key in ("ssh", "remote", "rest"):
         value = rec.extra.get(key)
         if value is not None and not isinstance(value, dict):
             raise _bad(path, key, "is not a mapping")

@@ -517,6 +517,26 @@ class RemoteRule(_Strict):
             "rsync patterns left out of the code copy, beside .gitignore's"))] = []
 
 
+class RestRule(_Strict):
+    """Submitting through the cluster's REST API (slurmrestd, JWT) instead of Slurm's tools
+    (backends/slurm/rest.py). The token is passed by name, like a secret: never written."""
+    url: Annotated[str, Meta(pattern=r"^https?://[A-Za-z0-9._~:\[\]-]+(/[!-~]*)?\Z", max_length=2048,
+                             description="slurmrestd's address, e.g. https://slurm.example.org:6820")]
+    token_from: Annotated[EnvName, Meta(description=(
+            "name of the environment variable holding your JWT (scontrol token); its value "
+            "is never written"))]
+    user: Annotated[Union[Annotated[str, Meta(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")],
+                          None], Meta(description=(
+            "your user name on the cluster (X-SLURM-USER-NAME); null: the name the token "
+            "carries"))] = None
+    version: Annotated[Literal["auto", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42"],
+                       Meta(description=(
+            "the OpenAPI plugin version to speak (slurmrestd -s openapi/...); auto: the newest "
+            "the server answers"))] = "auto"
+    timeout: Annotated[Annotated[int, Meta(ge=1, le=3600)], Meta(description=(
+            "seconds before a server that does not answer is named"))] = 30
+
+
 class SiteProfile(_Strict):
     name: Annotated[Name, Meta(description="the site's name, as jobs and --site give it")]
     description: Annotated[str, Meta(description="one line about the site")] = ""
@@ -585,6 +605,9 @@ class SiteProfile(_Strict):
     remote: Annotated[RemoteRule, Meta(description=(
             "with login: where runs live on the cluster and how much code a "
             "submit may copy"))] = field(default_factory=RemoteRule)
+    rest: Annotated[RestRule | None, Meta(description=(
+            "submit and follow through slurmrestd instead of Slurm's tools: {url, "
+            "token_from}; runs live on a file system both sides see"))] = None
 
 
 # ---------------------------------------------------------------------------- merging

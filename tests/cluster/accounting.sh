@@ -20,6 +20,7 @@ render_slurmdbd_conf() {
     cat <<EOF
 ${MARKER}
 AuthType=auth/none
+${JWT_LINES}
 DbdHost=$(hostname -s)
 DbdAddr=${HOST_IP}
 ${SUFFIX:+DbdPort=${DBD_PORT}

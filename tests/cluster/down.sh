@@ -53,11 +53,12 @@ wait_gone() {
 # Daemons, by pid file, only when /proc/PID/comm matches.
 daemon_pids=()
 for pidfile in "${STATE_DIR}/run/slurmctld.pid" "${STATE_DIR}"/run/slurmd-*.pid "${STATE_DIR}"/run/sshd-*.pid \
-    "${STATE_DIR}/run/slurmdbd.pid" "${STATE_DIR}/db/mariadbd.pid"; do
+    "${STATE_DIR}/run/slurmdbd.pid" "${STATE_DIR}/db/mariadbd.pid" "${STATE_DIR}/rest/slurmrestd.pid"; do
     [[ -r ${pidfile} ]] || continue
     case ${pidfile##*/} in
         slurmctld.pid) want=slurmctld ;;
         slurmdbd.pid) want=slurmdbd ;;
+        slurmrestd.pid) want=slurmrestd ;;
         mariadbd.pid) want=mariadbd ;;
         slurmd-*) want=slurmd ;;
         *) want=sshd ;;
@@ -109,7 +110,7 @@ if ((${#left[@]} > 0)); then
     echo "down.sh: warning: processes still inside the cluster's namespaces: ${left[*]}" >&2
 fi
 rm -f "${STATE_DIR}/run/slurmctld.pid" "${STATE_DIR}"/run/slurmd-*.pid "${STATE_DIR}"/run/sshd-*.pid \
-    "${STATE_DIR}/run/slurmdbd.pid" "${STATE_DIR}/db/mariadbd.pid"
+    "${STATE_DIR}/run/slurmdbd.pid" "${STATE_DIR}/db/mariadbd.pid" "${STATE_DIR}/rest/slurmrestd.pid"
 
 # The machines' UTS and mount namespaces: unmount their namespace files (with no process left
 # in them, that ends them), then the private bind mount of ${NS_DIR} itself.

@@ -136,6 +136,10 @@ class SlurmBackend(Backend):
 
     @classmethod
     def check_site(cls, site, doc) -> None:
+        if site.rest is not None and (site.login is not None or "remote" in doc):
+            raise HpctrainError("'rest' and 'login' are two ways into the cluster; a site takes "
+                                "one", doc.where(("rest",)), "remove rest: (submit over ssh) or "
+                                "login:/remote: (submit through slurmrestd)")
         # Only a site that mentions a login node pays for importing the ssh side: every
         # command (render included) loads a site.
         if site.login is None and not any(key in doc for key in ("remote", "ssh")):
