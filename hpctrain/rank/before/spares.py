@@ -1,7 +1,8 @@
 """Spare nodes (resources.spare_nodes): which nodes of the allocation an attempt runs on, and a
 blamed node swapped for a spare inside the same allocation (issue 43).
 
-The job holds nodes + K nodes (sbatch --nodes, --no-kill); each attempt launches on exactly
+The job holds nodes + K nodes (sbatch --nodes, --no-kill; on an ssh site, the K hosts after the
+job's: templates/ssh/spares.sh.j2); each attempt launches on exactly
 `nodes` of them, named (srun --nodelist), so that a relaunch can never land on a bad node again.
 The batch shell asks, before each attempt:
 
@@ -79,7 +80,9 @@ def _allocation(text: str) -> list[str]:
 
 
 def _job_id() -> str:
-    return os.environ.get("SLURM_JOB_ID", "")
+    """Slurm's job id; on an ssh site the batch shell's (HPCTRAIN_JOB_ID, which spare attempts
+    keep: templates/ssh/job.sh.j2)."""
+    return os.environ.get("SLURM_JOB_ID") or os.environ.get("HPCTRAIN_JOB_ID", "")
 
 
 def pick(run_dir: str, n: int, allocation: str) -> int:
