@@ -84,8 +84,8 @@ def _back_in_service(nodes: list[str]) -> None:
     fallback. The next test (and up.sh's health check) needs them idle."""
     subprocess.run(["scontrol", "update", f"nodename={','.join(nodes)}", "state=resume"],
                    capture_output=True)
-    wait_until(lambda: all(_node_state(n).split("+")[0] in ("IDLE", "ALLOCATED", "MIXED")
-                           for n in nodes), 90, f"{nodes} back in service")
+    wait_until(lambda: all(_node_state(n) in ("IDLE", "ALLOCATED", "MIXED") for n in nodes), 90,
+               f"{nodes} back in service")
 
 
 def test_a_node_cut_off_mid_training_is_replaced_and_a_dead_slurmd_keeps_the_allocation(cli, cluster):
