@@ -31,7 +31,7 @@ def test_a_host_with_an_ecc_error_is_replaced_by_the_spare_host(cli, lab, sites,
     assert proc.returncode == 0, proc.stdout + proc.stderr + log[-4000:]
     assert json.loads((run_dir / "run.json").read_text())["ssh"]["hosts"] == list(HOSTS)
     assert "nodes: node5,node6 of the hosts node5,node6,node7" in log, log[-4000:]
-    assert "node6: GPU 0" in log and "ECC" in log, log[-4000:]
+    assert "node6 failed the health gate" in log and "uncorrected volatile ECC" in log, log[-4000:]
     m = re.search(r"spares: node6 replaced by node7 after the preflight failure, excluding node6; "
                   r"attempt 2 of run (\d+) starts now", log)
     assert m, log[-4000:]
