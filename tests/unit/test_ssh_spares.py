@@ -51,3 +51,21 @@ def test_on_an_ssh_site_the_record_carries_the_batch_shells_job_id(tmp_path, mon
     assert json.loads((tmp_path / "status" / "spares.json").read_text())["job_id"] == "123456"
     [r] = spares.read_replacements(str(tmp_path))
     assert (r["job_id"], r["attempt"], r["out"], r["in"]) == ("123456", 1, ["node6"], ["node7"])
+
+
+def test_status_names_the_hosts_the_attempt_chose_among_the_runs_own(tmp_path):
+    from types import SimpleNamespace
+
+    from hpctrain.backends.ssh.backend import _attempt_hosts
+    run = SimpleNamespace(path=tmp_path)
+    hosts = ["node5", "node6", "node7"]
+    assert _attempt_hosts(run, hosts) == hosts  # before the first choice
+    (tmp_path / "status").mkdir()
+    spares_json = tmp_path / "status" / "spares.json"
+    spares_json.write_text('{"job_id": "1", "chosen": ["node5", "node7"]}')
+    assert _attempt_hosts(run, hosts) == ["node5", "node7"]
+    # The run directory is untrusted: a host that is not the run's is not shown as one of it.
+    spares_json.write_text('{"job_id": "1", "chosen": ["evil", "node6", "$(x)"]}')
+    assert _attempt_hosts(run, hosts) == ["node6"]
+    spares_json.write_text('[1, 2]')
+    assert _attempt_hosts(run, hosts) == hosts

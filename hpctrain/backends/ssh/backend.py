@@ -408,6 +408,7 @@ class SshBackend(Backend):
                     t.nodes = compress(hosts)
             return summarise(str(rec.job_id), tasks)
         st = LocalBackend._task_state(run.path, alive, rec.cancelled, str(rec.job_id))
+        hosts = _attempt_hosts(run, hosts)
         if st.state == State.RUNNING:
             st.nodes = compress(hosts)
             if rec.submitted_ts:
@@ -525,6 +526,14 @@ class SshBackend(Backend):
                   f"{openssh.problem(r, ssh.connect_timeout)[0]}", file=sys.stderr)
         if whole and not failed:
             run.update(extra=dict(run.record.extra, ssh=dict(info, fetched=True)))
+
+
+def _attempt_hosts(run: Run, hosts: list[str]) -> list[str]:
+    """With spares (resources.spare_nodes): the hosts the running attempt chose, among the run's
+    own (status/spares.json is the run directory's); else, or before the first choice, all."""
+    from ...rank.before.spares import chosen_nodes
+    chosen = [h for h in chosen_nodes(str(run.path)) if h in hosts]
+    return chosen or hosts
 
 
 def _env(name: str) -> str:

@@ -61,18 +61,24 @@ def _paths(run_dir: str) -> tuple[str, str]:
     return os.path.join(status, "spares.json"), os.path.join(status, "replacements.jsonl")
 
 
-def _previous(run_dir: str, job_id: str) -> list[str]:
-    """The chosen nodes recorded for this allocation (an earlier allocation's do not count)."""
+def chosen_nodes(run_dir: str, job_id: str | None = None) -> list[str]:
+    """The nodes of the run's latest attempt as recorded (status/spares.json: untrusted, each
+    name checked); with `job_id`, only that allocation's ([] for another's)."""
     try:
         data = read_json(_paths(run_dir)[0])
     except (OSError, ValueError):
         return []
-    if not isinstance(data, dict) or data.get("job_id") != job_id:
+    if not isinstance(data, dict) or (job_id is not None and data.get("job_id") != job_id):
         return []
     chosen = data.get("chosen")
     if not isinstance(chosen, list):
         return []
     return [x for x in chosen[:MAX_NODES] if isinstance(x, str) and NODE.fullmatch(x)]
+
+
+def _previous(run_dir: str, job_id: str) -> list[str]:
+    """The chosen nodes recorded for this allocation (an earlier allocation's do not count)."""
+    return chosen_nodes(run_dir, job_id)
 
 
 def _allocation(text: str) -> list[str]:
