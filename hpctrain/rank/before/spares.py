@@ -76,11 +76,6 @@ def chosen_nodes(run_dir: str, job_id: str | None = None) -> list[str]:
     return [x for x in chosen[:MAX_NODES] if isinstance(x, str) and NODE.fullmatch(x)]
 
 
-def _previous(run_dir: str, job_id: str) -> list[str]:
-    """The chosen nodes recorded for this allocation (an earlier allocation's do not count)."""
-    return chosen_nodes(run_dir, job_id)
-
-
 def _allocation(text: str) -> list[str]:
     return [x for x in text.split(",")[:MAX_NODES] if NODE.fullmatch(x)]
 
@@ -95,7 +90,7 @@ def pick(run_dir: str, n: int, allocation: str) -> int:
     """Print this attempt's nodes, comma-separated (the head first); record them."""
     job = _job_id()
     excluded = [e.node for e in read_excluded(run_dir)]
-    chosen = choose(_allocation(allocation), excluded, n, _previous(run_dir, job))
+    chosen = choose(_allocation(allocation), excluded, n, chosen_nodes(run_dir, job))
     if chosen is None:
         print(f"hpctrain spares: the allocation ({allocation}) has fewer than {n} node(s) that no "
               f"failure blamed (left out: {', '.join(excluded) or 'none'})", flush=True)
@@ -117,7 +112,7 @@ def replace(run_dir: str, n: int, allocation: str, round_: int, max_rounds: int,
     """After a failure that blamed nodes: choose the next attempt's nodes with spares in the
     blamed ones' places and record the replacement (exit 0), or say why none can be (exit 1)."""
     job = _job_id()
-    previous = _previous(run_dir, job)
+    previous = chosen_nodes(run_dir, job)
     excluded = [e.node for e in read_excluded(run_dir)]
     out = [x for x in previous if x in excluded]
     if not out:
