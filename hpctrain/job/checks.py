@@ -316,15 +316,16 @@ def _resources(spec, site, scheduler, where, warnings) -> None:
 
 
 def _spares(spec: JobSpec, site: SiteProfile, scheduler, where: Origins) -> None:
-    """Spare nodes live in a Slurm allocation and are swapped in by its batch shell's recovery
-    (templates/slurm/requeue.sh.j2, rank/before/spares.py): refused where that cannot happen."""
+    """Spare nodes live in a Slurm allocation (or are an ssh site's hosts after the job's) and
+    are swapped in by the batch shell's recovery (templates/slurm/requeue.sh.j2,
+    templates/ssh/spares.sh.j2, rank/before/spares.py): refused where that cannot happen."""
     key = where(("resources", "spare_nodes"))
     k = spec.resources.spare_nodes
     if scheduler.no_spares:
         raise HpctrainError(
             f"'resources.spare_nodes' is {k}, but site '{site.name}' (scheduler "
             f"{scheduler.name}) cannot keep spare nodes: {scheduler.no_spares}", key,
-            "remove resources.spare_nodes, or use a Slurm site")
+            "remove resources.spare_nodes, or use a Slurm site or an ssh site with more hosts")
     if not (spec.preemption.enabled and spec.preemption.requeue):
         raise HpctrainError(
             f"'resources.spare_nodes' is {k}, but preemption.enabled or preemption.requeue is "

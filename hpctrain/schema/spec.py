@@ -50,9 +50,9 @@ class Resources(_Strict):
     nodes: Annotated[Annotated[int, Meta(ge=1, le=100_000)], Meta(description=(
             "nodes of the job; one torchrun on each"))] = 1
     spare_nodes: Annotated[Annotated[int, Meta(ge=0, le=64)], Meta(description=(
-            "idle nodes beside `nodes` in the same allocation (Slurm): a node a "
-            "failure blames is replaced by one at once, without a requeue; each "
-            "costs its time like a working node"))] = 0
+            "idle nodes beside `nodes` in the same allocation (Slurm), or the hosts "
+            "after the job's (ssh): a node a failure blames is replaced by one at "
+            "once, without a requeue; each costs its time like a working node"))] = 0
     gpus_per_node: Annotated[Annotated[int, Meta(ge=0, le=4096)], Meta(description=(
             "GPUs per node; every rank sees all of them and the bootstrap pins "
             "cuda:LOCAL_RANK"))] = 0

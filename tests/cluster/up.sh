@@ -129,6 +129,9 @@ SchedulerParameters=bf_interval=1,sched_interval=2
 SlurmdParameters=config_overrides
 ReturnToService=2
 KillWait=5
+# A node that stops answering (its link cut, its slurmd killed) is DOWN this long after its last
+# answer (default 300 s): the spare-node tests wait for it. No test stalls a live slurmd.
+SlurmdTimeout=20
 MinJobAge=600
 # Accounting: slurmdbd on the host (accounting.sh) so that sacct works, GPUs among its TRES.
 AccountingStorageType=accounting_storage/slurmdbd

@@ -22,9 +22,12 @@ archive_failure() {
 }
 
 # --- hosts (ssh) ----------------------------------------------------------------------------
-# The job's hosts, the site's first 2; the first is the head: the batch shell runs there.
+# The job's hosts: the site's first 2. The batch shell runs on
+# the first (BATCH_HOST). HOSTS: the attempt's, the first of them the head.
 NNODES=2
-HOSTS=(node5 node6)
+ALL_HOSTS=(node5 node6)
+BATCH_HOST=${ALL_HOSTS[0]}
+HOSTS=("${ALL_HOSTS[@]:0:NNODES}")
 NODELIST=$(printf '%s\n' "${HOSTS[@]}")
 FIRST=${HOSTS[0]}
 # This run's own ssh connection to each host, which all of its steps share (ControlMaster). The
@@ -74,11 +77,12 @@ secrets() {
 # the head's stop below ends.
 stop_hosts() {  # [GRACE]: seconds from SIGTERM to SIGKILL (job.sh stop)
   local i stops=() within=(${1:+"$1"})
-  for (( i = 1; i < NNODES; i++ )); do
+  for (( i = 0; i < NNODES; i++ )); do
+    [[ ${HOSTS[i]} != "$BATCH_HOST" ]] || continue
     ssh_to -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" stop "${within[@]}")" </dev/null 2>&1 | sed 's/^/  /' &
     stops+=("$!")
   done
-  if (( NNODES > 1 )); then
+  if [[ -n ${stops[*]:-} ]]; then
     wait "${stops[@]}" || true
   fi
   bash "$RUN_DIR/job.sh" stop "${within[@]}" 2>&1 | sed 's/^/  /'
@@ -87,7 +91,7 @@ stop_hosts() {  # [GRACE]: seconds from SIGTERM to SIGKILL (job.sh stop)
 ranks_ended() {
   local i n
   for i in "$@"; do
-    if (( i == 0 )); then
+    if [[ ${HOSTS[i]} == "$BATCH_HOST" ]]; then
       n=$(bash "$RUN_DIR/job.sh" ranks 2>/dev/null) || return 1
     else
       n=$(ssh_to -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" ranks)" </dev/null 2>/dev/null) || return 1
@@ -99,12 +103,13 @@ ranks_ended() {
 # on to its ranks. All at once; this shell waits for the ssh commands only.
 term_hosts() {
   local i terms=()
-  for (( i = 1; i < NNODES; i++ )); do
+  for (( i = 0; i < NNODES; i++ )); do
+    [[ ${HOSTS[i]} != "$BATCH_HOST" ]] || continue
     ssh_to -- "${HOSTS[i]}" "$(quoted bash "$RUN_DIR/job.sh" term)" </dev/null 2>&1 | sed 's/^/  /' &
     terms+=("$!")
   done
   bash "$RUN_DIR/job.sh" term 2>&1 | sed 's/^/  /'
-  if (( NNODES > 1 )); then
+  if [[ -n ${terms[*]:-} ]]; then
     wait "${terms[@]}" || true
   fi
 }
@@ -113,14 +118,14 @@ gather() {
   return 0
 }
 
-# One step on every host, as srun runs one task per node: the head's part here, the others' over
-# ssh. Each gets what srun would give it: the job's HPCTRAIN_* variables, SLURMD_NODENAME (the
-# host as the site names it; the rank side's name for its node) and, with --nodeid, SLURM_NODEID
-# (the preflight's head is node 0). The first step that fails stops the others (srun's
-# --kill-on-bad-exit); its status is returned. A step that ended on a signal (torchrun was sent
-# TERM, INT or HUP there: its ranks are saving) is a stop, not a failure: SIGTERM goes on to the
-# other hosts' torchrun, as the batch shell's own stop does, and the others end as they save.
-# --gather: then bring the hosts' files here.
+# One step on every host, as srun runs one task per node: the batch shell's host's part here, the
+# others' over ssh. Each gets what srun would give it: the job's HPCTRAIN_* variables,
+# SLURMD_NODENAME (the host as the site names it; the rank side's name for its node) and, with
+# --nodeid, SLURM_NODEID (the preflight's head is node 0). The first step that fails stops the
+# others (srun's --kill-on-bad-exit); its status is returned. A step that ended on a signal
+# (torchrun was sent TERM, INT or HUP there: its ranks are saving) is a stop, not a failure: SIGTERM
+# goes on to the other hosts' torchrun, as the batch shell's own stop does, and the others end as
+# they save. --gather: then bring the hosts' files here.
 on_hosts() {
   local nodeid=0 gather=0 i host status=0 var vars=() step pids=() ended=() left stopped=0
   local stop_since=0 ended_all=0 asked=0 quiet=0 left_hosts=()
@@ -145,7 +150,7 @@ on_hosts() {
       step+=("SLURM_NODEID=$i")
     fi
     step+=(-- "$@")
-    if (( i == 0 )); then
+    if [[ $host == "$BATCH_HOST" ]]; then
       setsid "${step[@]}" </dev/null &
     else
       ssh_to -- "$host" "$(quoted "${step[@]}")" < <(secrets) &
@@ -202,7 +207,7 @@ on_hosts() {
         :  # the run is stopping (a signal, a cancel): a host's step cut short is part of that
       elif (( ended[i] != 0 && status == 0 )); then
         status=${ended[i]}
-        if (( status == 255 && i > 0 )); then
+        if (( status == 255 )) && [[ ${HOSTS[i]} != "$BATCH_HOST" ]]; then
           log "${HOSTS[i]}: ssh failed or lost the connection (status 255): stopping the other hosts"
         else
           log "${HOSTS[i]}: its step ended with status $status: stopping the other hosts"
@@ -455,16 +460,16 @@ start_batch_shell() {
   control_dir
   # Opened now, so that a host the head cannot reach is named to hpctrain submit before anything
   # starts; the batch shell's steps ride on these connections.
-  local i pids=() failed=0
-  for (( i = 1; i < NNODES; i++ )); do
+  local host pid pids=() failed=0
+  for host in "${ALL_HOSTS[@]:1}"; do
     (
-      said=$(ssh_to -- "${HOSTS[i]}" true 2>&1 </dev/null) ||
-        { echo "hpctrain start: unreachable: ${HOSTS[i]}: $(paste -sd ' ' - <<<"$said")"; exit 1; }
+      said=$(ssh_to -- "$host" true 2>&1 </dev/null) ||
+        { echo "hpctrain start: unreachable: $host: $(paste -sd ' ' - <<<"$said")"; exit 1; }
     ) &
     pids+=("$!")
   done
-  for i in "${pids[@]}"; do
-    wait "$i" || failed=1
+  for pid in "${pids[@]}"; do
+    wait "$pid" || failed=1
   done
   if (( failed )); then
     exit 3
@@ -610,7 +615,7 @@ failure_cause() {
 # The batch shell's end: its exit status for `hpctrain status`, a failed launch's cause named,
 # and this run's connections closed.
 on_exit() {
-  local status=$? i cause
+  local status=$? host cause
   # (A failed node check named its cause already: no rank ran.)
   if (( status != 0 && ${STATUS:-0} != 0 )) && ! compgen -G "$RUN_DIR/status/preflight-failed-*.txt" >/dev/null; then
     cause=$(failure_cause) || cause=
@@ -620,8 +625,8 @@ on_exit() {
   fi
   # Last: `hpctrain status` takes the run as ended once this exists, and reads its cause then.
   echo "$status" >"$RUN_DIR/status/exit_code"
-  for (( i = 1; i < NNODES; i++ )); do
-    ssh_to -O exit -- "${HOSTS[i]}" >/dev/null 2>&1 || true
+  for host in "${ALL_HOSTS[@]:1}"; do
+    ssh_to -O exit -- "$host" >/dev/null 2>&1 || true
   done
 }
 

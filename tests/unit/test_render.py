@@ -106,6 +106,9 @@ MATRIX = {
     # Hosts over ssh (templates/ssh/): --standalone on one host, one step per host on several.
     "ssh-1x1": ("locallab", {"resources": {"nodes": 1}}),
     "ssh-2x2": ("locallab", {"resources": {"nodes": 2, "procs_per_node": 2}}),
+    # The site's third host is the job's spare (issue 43, item 4: templates/ssh/spares.sh.j2).
+    "ssh-2x1-spare-notify": ("locallab", {"resources": {"nodes": 2, "spare_nodes": 1},
+                                          "notify": {"url_from": "HOOK_URL", "format": "ntfy"}}),
     "ssh-ws-4x2-rsync-restarts-secrets": ("ws-lab.yaml", {
         "resources": {"nodes": 4, "gpus_per_node": 2}, "launcher": {"max_restarts": 1},
         "secrets": ["WANDB_API_KEY"]}),

@@ -72,7 +72,7 @@ class SshBackend(Backend):
     poll = (0.5, 0.5)
     name = "ssh"
     script_name = "job.sh"
-    no_spares = "the site's hosts beyond the job's are not swapped in as spares yet (issue 43, item 4)"
+    no_spares = ""  # the site's hosts after the job's (templates/ssh/spares.sh.j2)
     step_launcher = "ssh 1 step/host"
     head_node = "first host"
 
@@ -120,7 +120,7 @@ class SshBackend(Backend):
     @classmethod
     def check_job(cls, spec, site, where) -> list[str]:
         hosts = openssh.site_hosts(site.hosts, where.site_doc.source)
-        nodes = spec.resources.nodes
+        nodes, spares = spec.resources.nodes, spec.resources.spare_nodes
         if nodes > len(hosts):
             from .hostlist import compress
             raise HpctrainError(f"'resources.nodes' is {nodes}, but site '{site.name}' has "
@@ -128,6 +128,14 @@ class SshBackend(Backend):
                                 where(("resources", "nodes")),
                                 f"ask for {len(hosts)} or fewer, or add hosts to the site "
                                 f"({where.site(('hosts',))})")
+        if nodes + spares > len(hosts):
+            from .hostlist import compress
+            raise HpctrainError(f"'resources.spare_nodes' is {spares}, but site '{site.name}' has "
+                                f"{len(hosts)} host(s) ({compress(hosts)}): {nodes} for the job "
+                                f"leave {len(hosts) - nodes} to be its spares",
+                                where(("resources", "spare_nodes")),
+                                f"ask for {len(hosts) - nodes} spare(s) or fewer, or add hosts to "
+                                f"the site ({where.site(('hosts',))})")
         return []
 
     @classmethod
@@ -138,8 +146,12 @@ class SshBackend(Backend):
         program = adapter(spec.library).program(spec)
         first = program[0] if program else ""
         is_file = bool(first) and not first.startswith("-") and ("/" in first or first.endswith(".py"))
-        return {"hosts": hosts[:spec.resources.nodes], "ssh": openssh.ssh_words(site.ssh),
-                "sync": sync_rule(site)[0], "program_file": first if is_file else None}
+        # With resources.spare_nodes the hosts after the job's are its spares: every host is
+        # probed, started from and stopped on; each attempt runs on `nodes` of them.
+        r = spec.resources
+        return {"hosts": hosts[:r.nodes + r.spare_nodes], "ssh": openssh.ssh_words(site.ssh),
+                "sync": sync_rule(site)[0], "program_file": first if is_file else None,
+                "max_excluded": spec.preemption.max_excluded_nodes}
 
     # ------------------------------------------------------------------------------ submit
 
@@ -396,6 +408,7 @@ class SshBackend(Backend):
                     t.nodes = compress(hosts)
             return summarise(str(rec.job_id), tasks)
         st = LocalBackend._task_state(run.path, alive, rec.cancelled, str(rec.job_id))
+        hosts = _attempt_hosts(run, hosts)
         if st.state == State.RUNNING:
             st.nodes = compress(hosts)
             if rec.submitted_ts:
@@ -513,6 +526,14 @@ class SshBackend(Backend):
                   f"{openssh.problem(r, ssh.connect_timeout)[0]}", file=sys.stderr)
         if whole and not failed:
             run.update(extra=dict(run.record.extra, ssh=dict(info, fetched=True)))
+
+
+def _attempt_hosts(run: Run, hosts: list[str]) -> list[str]:
+    """With spares (resources.spare_nodes): the hosts the running attempt chose, among the run's
+    own (status/spares.json is the run directory's); else, or before the first choice, all."""
+    from ...rank.before.spares import chosen_nodes
+    chosen = [h for h in chosen_nodes(str(run.path)) if h in hosts]
+    return chosen or hosts
 
 
 def _env(name: str) -> str:

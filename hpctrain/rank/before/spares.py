@@ -1,7 +1,8 @@
 """Spare nodes (resources.spare_nodes): which nodes of the allocation an attempt runs on, and a
 blamed node swapped for a spare inside the same allocation (issue 43).
 
-The job holds nodes + K nodes (sbatch --nodes, --no-kill); each attempt launches on exactly
+The job holds nodes + K nodes (sbatch --nodes, --no-kill; on an ssh site, the K hosts after the
+job's: templates/ssh/spares.sh.j2); each attempt launches on exactly
 `nodes` of them, named (srun --nodelist), so that a relaunch can never land on a bad node again.
 The batch shell asks, before each attempt:
 
@@ -60,13 +61,14 @@ def _paths(run_dir: str) -> tuple[str, str]:
     return os.path.join(status, "spares.json"), os.path.join(status, "replacements.jsonl")
 
 
-def _previous(run_dir: str, job_id: str) -> list[str]:
-    """The chosen nodes recorded for this allocation (an earlier allocation's do not count)."""
+def chosen_nodes(run_dir: str, job_id: str | None = None) -> list[str]:
+    """The nodes of the run's latest attempt as recorded (status/spares.json: untrusted, each
+    name checked); with `job_id`, only that allocation's ([] for another's)."""
     try:
         data = read_json(_paths(run_dir)[0])
     except (OSError, ValueError):
         return []
-    if not isinstance(data, dict) or data.get("job_id") != job_id:
+    if not isinstance(data, dict) or (job_id is not None and data.get("job_id") != job_id):
         return []
     chosen = data.get("chosen")
     if not isinstance(chosen, list):
@@ -79,14 +81,16 @@ def _allocation(text: str) -> list[str]:
 
 
 def _job_id() -> str:
-    return os.environ.get("SLURM_JOB_ID", "")
+    """Slurm's job id; on an ssh site the batch shell's (HPCTRAIN_JOB_ID, which spare attempts
+    keep: templates/ssh/job.sh.j2)."""
+    return os.environ.get("SLURM_JOB_ID") or os.environ.get("HPCTRAIN_JOB_ID", "")
 
 
 def pick(run_dir: str, n: int, allocation: str) -> int:
     """Print this attempt's nodes, comma-separated (the head first); record them."""
     job = _job_id()
     excluded = [e.node for e in read_excluded(run_dir)]
-    chosen = choose(_allocation(allocation), excluded, n, _previous(run_dir, job))
+    chosen = choose(_allocation(allocation), excluded, n, chosen_nodes(run_dir, job))
     if chosen is None:
         print(f"hpctrain spares: the allocation ({allocation}) has fewer than {n} node(s) that no "
               f"failure blamed (left out: {', '.join(excluded) or 'none'})", flush=True)
@@ -108,7 +112,7 @@ def replace(run_dir: str, n: int, allocation: str, round_: int, max_rounds: int,
     """After a failure that blamed nodes: choose the next attempt's nodes with spares in the
     blamed ones' places and record the replacement (exit 0), or say why none can be (exit 1)."""
     job = _job_id()
-    previous = _previous(run_dir, job)
+    previous = chosen_nodes(run_dir, job)
     excluded = [e.node for e in read_excluded(run_dir)]
     out = [x for x in previous if x in excluded]
     if not out:
