@@ -176,6 +176,8 @@ replace_node() {  # WHY
     log "spares: not replacing: SIG$SIGNALLED came meanwhile"
     return 0
   fi
+  # (the allocation now: a spare Slurm dropped or marked down meanwhile is no candidate)
+  ALLOCATION=$(allocation_now) || true
   if said=$(python "$RUN_DIR/rank" spares replace "$RUN_DIR" "$NNODES" "$ALLOCATION" "$round" 1 "$1" 2>&1); then
     read -r out came <<<"$said"
     log "spares: $out replaced by $came after the $1; attempt $(( round + 1 )) of job $JOB_REF starts now, without a requeue, from the newest checkpoint"
@@ -328,7 +330,17 @@ export HPCTRAIN_ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} * 100 + SPARE_ROUND ))  # 
 if ! [[ "${SLURM_JOB_NUM_NODES:-}" =~ ^[0-9]+$ ]] || (( SLURM_JOB_NUM_NODES < NNODES || SLURM_JOB_NUM_NODES > NNODES + 1 )); then
   die "the allocation has ${SLURM_JOB_NUM_NODES:-?} node(s), the job was planned for $NNODES + 1 spare(s): render it again with --set resources.nodes=N instead of overriding -N"
 fi
-ALLOCATION=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>&1 | paste -sd, -) || die "cannot expand SLURM_JOB_NODELIST='${SLURM_JOB_NODELIST:-}': $ALLOCATION"
+# The allocation's nodes that can still run an attempt, in the allocation's order: the job's node
+# list now (--no-kill drops a failed node from the job; SLURM_JOB_NODELIST is the list at its
+# start), less the nodes Slurm reports down, drained or not responding.
+allocation_now() {
+  local now gone
+  now=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null | grep -o ' NodeList=[^ ]*' | cut -d= -f2) || now=
+  [[ -n "$now" && "$now" != "(null)" ]] || now=${SLURM_JOB_NODELIST:-}
+  gone=$(sinfo -h -N -n "$now" -o '%N %T' 2>/dev/null | awk '$2 ~ /[*]$/ || $2 ~ /^(down|drain|fail)/ {print $1}') || gone=
+  scontrol show hostnames "$now" | grep -vxF -f <(printf '%s\n' "$gone") | paste -sd, -
+}
+ALLOCATION=$(allocation_now) && [[ -n "$ALLOCATION" ]] || die "cannot read the allocation's nodes (SLURM_JOB_NODELIST='${SLURM_JOB_NODELIST:-}')"
 CHOSEN=$(python "$RUN_DIR/rank" spares pick "$RUN_DIR" "$NNODES" "$ALLOCATION" 2>&1) || die "no nodes for this attempt: $CHOSEN"
 NODELIST=$(tr ',' '\n' <<<"$CHOSEN")
 FIRST=${NODELIST%%$'\n'*}
