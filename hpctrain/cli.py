@@ -310,6 +310,11 @@ def _study(ref):
     return run, is_study(run)
 
 
+def _pbt(run) -> bool:
+    from .search.pbt.show import is_population
+    return is_population(run)
+
+
 def cmd_status(args) -> int:
     import json
     from .follow.display import describe, format_status
@@ -317,6 +322,13 @@ def cmd_status(args) -> int:
     if args.run:
         run, study = _study(args.run)
         st = status(run)
+        if study and _pbt(run):
+            from .search.pbt import show as pbt_show
+            pop = pbt_show.population(run)
+            print(json.dumps({"run": st.to_json(), "population": json.loads(
+                pbt_show.msgspec.json.encode(pop))}, indent=2)
+                  if args.json else pbt_show.format_population(pop, workers=describe(st.state)))
+            return 0
         if study:
             from .search import follow, show
             found = follow.status(run)
@@ -404,6 +416,10 @@ def cmd_plot(args) -> int:
                                 "no --metric", fix=f"hpctrain plot {args.run} (a trial's own "
                                 "curves: hpctrain tensorboard on its directory)")
         from .rank.printable import shown
+        if _pbt(run):
+            from .search.pbt.show import plot as plot_population
+            print(shown(plot_population(run, args.out)))
+            return 0
         from .search.plot import plot as plot_study
         print(shown(plot_study(run, args.out)))
         return 0
