@@ -1,5 +1,5 @@
 """A training whose best learning-rate schedule is known, for the tests of population-based
-training: each step adds gain(lr, step) = exp(-(log10(lr) - target)^2) to a running quality,
+training: each step adds gain(lr, step) = exp(-2 (log10(lr) - target)^2) to a running quality,
 target -1.5 (lr ~ 3e-2) in the first half of --steps and -3.5 (lr ~ 3e-4) in the second, so
 high early and low late beats every fixed lr. It reports reward = the quality so far, saves
 {step, quality} into $HPCTRAIN_CHECKPOINT_DIR each step (write, then rename) and resumes from
@@ -17,7 +17,7 @@ import time
 
 def gain(lr: float, step: int, steps: int) -> float:
     target = -1.5 if step <= steps / 2 else -3.5
-    return math.exp(-(math.log10(lr) - target) ** 2)
+    return math.exp(-2 * (math.log10(lr) - target) ** 2)
 
 
 def fixed(lr: float, steps: int) -> float:

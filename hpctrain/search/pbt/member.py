@@ -64,7 +64,10 @@ class Member(Worker):
             if m == self.index:
                 recs = self.history
             for rec in reversed(recs):
-                if rec.score is not None and rec.checkpoint and rec.event in ("ready", "end"):
+                # An exploit record counts too: the member holds that checkpoint and score now
+                # (a copy of it lies in its own workspace).
+                if rec.score is not None and rec.checkpoint and rec.event in ("ready", "end",
+                                                                               "exploit"):
                     out[m] = (rec.score, rec)
                     break
         return out
@@ -182,6 +185,8 @@ class Member(Worker):
         rec = scores[parent][1]
         if not self.take(parent, rec):
             return None
+        if not self.save_to_workspace(rec.interval, rec.checkpoint):
+            return None
         new = explore.explore(self.search, rec.params, self.rng)
         self.record("exploit", new, interval=rec.interval, step=rec.step, score=rec.score,
                     parent=parent, parent_interval=rec.interval, checkpoint=rec.checkpoint,
@@ -276,6 +281,10 @@ class Member(Worker):
         interval = (step // self.pbt.interval) if step is not None else 0
         if rel is not None and not self.save_to_workspace(interval, rel):
             rel = None
+        if seen is None:  # it copied a member that had ended: nothing left to train
+            last = next((r for r in reversed(self.history) if r.score is not None), None)
+            if last is not None:
+                step, score, interval, rel = last.step, last.score, last.interval, last.checkpoint
         self.record("end", params, interval=interval, step=step, score=score, checkpoint=rel)
         log(f"member {self.index} ended at step {step}: {self.search.metric} {score}")
 

@@ -101,7 +101,7 @@ def schedule(all_recs: dict[int, list[Record]], member: int) -> list[Point]:
                                  params=_params(r.params), parent=r.parent, member=m))
                 parent_recs = all_recs.get(r.parent, []) if r.parent is not None else []
                 at = [p for p in parent_recs if p.interval == r.parent_interval
-                      and p.event in ("ready", "end")]
+                      and p.event in ("ready", "end", "exploit")]
                 nxt, until = (r.parent, at[-1].time) if at else (None, None)
                 break
         m = nxt
