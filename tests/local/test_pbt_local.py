@@ -21,7 +21,7 @@ JOB = {
     "args": ["--lr=0.001", f"--steps={STEPS}", "--step-time=0.5"],
     "search": {"method": "pbt", "params": {"lr": {"low": 1e-5, "high": 1e-1, "log": True}},
                "parallel": 4, "seed": 3,
-               "pbt": {"interval": 4, "steps": STEPS, "factors": [0.1, 10]}},
+               "pbt": {"interval": 4, "steps": STEPS, "fraction": 0.5, "factors": [0.1, 10]}},
 }
 
 
@@ -42,7 +42,7 @@ def test_a_population_copies_perturbs_and_beats_its_fixed_values(cli, tmp_path):
     assert copies, lineage
     for i, r in copies:
         parent = [p for p in lineage[r["parent"]] if p.get("interval", 0) == r["parent_interval"]
-                  and p["event"] in ("ready", "end", "exploit")][-1]
+                  and p["event"] in ("ready", "end", "exploit") and p["time"] <= r["time"]][-1]
         ratio = r["params"]["lr"] / parent["params"]["lr"]
         assert any(math.isclose(ratio, f) for f in (0.1, 10)) or r["params"]["lr"] in (1e-5, 1e-1), r
     resumed = {i: (run_dir / "trials" / f"{i:04d}" / "status" / "resumed.txt")
@@ -54,7 +54,9 @@ def test_a_population_copies_perturbs_and_beats_its_fixed_values(cli, tmp_path):
     # The population's best beats every value it started from, kept fixed all along.
     st = json.loads(cli("status", run_dir.name, "--json").stdout)["population"]
     best = st["best"]
-    assert best["score"] > max(fixed(lr, STEPS) for lr in starts) + 0.1, (best, starts)
+    assert best["score"] > max(fixed(lr, STEPS) for lr in starts) + 0.1, (best, starts, [
+        [(r["event"], r.get("step"), round(r.get("score") or 0, 1), r["params"]["lr"], r.get("parent"))
+         for r in recs] for recs in lineage.values()])
     assert best["score"] == max(recs[-1]["score"] for recs in lineage.values())
     # Its final checkpoint is in the workspace, and its schedule is there to take.
     saved = json.loads(open(best["checkpoint"]).read())
