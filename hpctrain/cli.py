@@ -352,6 +352,11 @@ def _study_notes(rows) -> dict:
         if not follow.is_study(run):
             continue
         try:
+            if _pbt(run):  # a population: its members and best, not an Optuna study
+                from .search.pbt import cost, show as pbt_show
+                pop = pbt_show.population(run)
+                notes[r.path] = (cost.summary(pop), pop)
+                continue
             found = follow.status(run)
             notes[r.path] = (follow.summary(found), found)
         except HpctrainError as exc:
@@ -372,7 +377,9 @@ def cmd_list(args) -> int:
             d = r.to_json()
             if r.path in notes:
                 text, found = notes[r.path]
-                d["study"] = json.loads(as_json(found)) if found else {"error": text}
+                from .search.pbt.show import Population
+                key = "population" if isinstance(found, Population) else "study"
+                d[key] = json.loads(as_json(found)) if found else {"error": text}
             out.append(d)
         print(json.dumps(out, indent=2))
     elif not rows:
@@ -435,6 +442,11 @@ def cmd_report(args) -> int:
         if args.out is not None:
             raise HpctrainError("a study's report is text (or --json): no --out",
                                 fix=f"hpctrain report {args.run}; its figure: hpctrain plot {args.run}")
+        if _pbt(run):
+            from .search.pbt import cost
+            result = cost.cost(run)
+            print(show.as_json(result) if args.json else cost.format_report(result))
+            return 0
         result = follow.cost(run)
         print(show.as_json(result) if args.json else show.format_report(result))
         return 0

@@ -49,6 +49,7 @@ class Member(Worker):
         self.rng = random.Random(seed * 1_000_003 + index * 10_007 + len(self.history)
                                  if seed is not None else None)
         self.patterns: list[str] = []
+        self.stopped = False  # its ranks were ended to copy another member (not a crash)
 
     # --- records
     def record(self, event: str, params: dict, **fields) -> Record:
@@ -57,13 +58,19 @@ class Member(Worker):
         self.history.append(rec)
         return rec
 
-    def newest_scores(self) -> dict[int, tuple[float, Record]]:
-        """Every member's newest record with a score and a checkpoint (read from its lineage)."""
+    def newest_scores(self, upto: int | None = None) -> dict[int, tuple[float, Record]]:
+        """Every member's newest record with a score and a checkpoint (read from its lineage);
+        with `upto`, its newest at an interval no later than that one. A member compares at its
+        own interval: a metric that grows with training (a return summed so far, a success rate
+        rising) would otherwise rank a member that lost time restarting below ones merely
+        further along, and copying would repeat before its new values could show."""
         out = {}
         for m, recs in lineage.read_all(self.run_dir, self.search.parallel).items():
             if m == self.index:
                 recs = self.history
             for rec in reversed(recs):
+                if upto is not None and rec.interval > upto:
+                    continue
                 # An exploit record counts too: the member holds that checkpoint and score now
                 # (a copy of it lies in its own workspace).
                 if rec.score is not None and rec.checkpoint and rec.event in ("ready", "end",
@@ -114,25 +121,68 @@ class Member(Worker):
         for p in olds:
             shutil.rmtree(p, ignore_errors=True)
 
-    def take(self, parent: int, rec: Record) -> bool:
-        """Copy member `parent`'s recorded checkpoint into this member's directory, at the same
-        place in it, so that it is the newest there: the library's resume takes it."""
+    def stage(self, parent: int, rec: Record) -> bool:
+        """Copy member `parent`'s recorded checkpoint into this member's own workspace slot of
+        that interval, while this member's ranks still train: a copy that fails (the parent
+        pruned it meanwhile, a full disk) leaves this member training as it was."""
         try:
             src = lineage.saved_path(self.run_dir, parent, rec.interval, rec.checkpoint)
-            dst = self.dir / rec.checkpoint
-            lineage.copy_file(src, dst)
-            os.utime(dst)  # newer than this member's own, whatever the copy kept
+            lineage.copy_file(src, lineage.saved_path(self.run_dir, self.index, rec.interval,
+                                                      rec.checkpoint))
             return True
         except (OSError, ValueError) as exc:
             log(f"could not copy member {parent}'s checkpoint: {exc}")
+            return False
+
+    def take(self, rec: Record) -> bool:
+        """The staged checkpoint into this member's directory, at the same place in it, so that
+        it is the newest there: the library's resume takes it."""
+        try:
+            dst = self.dir / rec.checkpoint
+            lineage.copy_file(lineage.saved_path(self.run_dir, self.index, rec.interval,
+                                                 rec.checkpoint), dst)
+            os.utime(dst)  # newer than this member's own, whatever the copy kept
+            self.prune_workspace()
+            return True
+        except (OSError, ValueError) as exc:
+            log(f"could not place the copied checkpoint: {exc}")
             return False
 
     # --- the loop
     def current(self) -> dict | None:
         return dict(self.history[-1].params) if self.history else None
 
+    def stop_leftover_ranks(self, wait: float = 120.0) -> None:
+        """Here (the local site), a member killed -9 leaves its ranks training in its directory:
+        they are asked to save and end (SIGTERM) before this member starts again there, as two
+        trainings in one directory would write over each other's checkpoints. Under a scheduler
+        the killed allocation's processes went with it."""
+        if not self.backend.runs_here:
+            return
+        import signal
+        from ...backends.local import processes_of
+        pids = processes_of(self.dir)
+        if not pids:
+            return
+        log(f"member {self.index}: its previous ranks still run (pids {pids[:8]}); they save "
+            "and end first")
+        deadline, sig = time.time() + wait, signal.SIGTERM
+        while pids:
+            if sig is not None:  # once each: a second SIGTERM could cut a save short
+                for pid in pids:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+                sig = None
+            time.sleep(POLL)
+            if deadline is not None and time.time() > deadline:
+                deadline, sig = None, signal.SIGKILL  # they did not end when asked
+            pids = processes_of(self.dir)
+
     def run(self) -> int:
         self.install()
+        self.stop_leftover_ranks()
         params = self.current()
         if self.history and self.history[-1].event in ("end", "failed"):
             log(f"member {self.index} has ended ({self.history[-1].event})")
@@ -166,15 +216,16 @@ class Member(Worker):
             self.record("restart", params, note="after a crash, from its newest checkpoint")
         return self.after_signal(self.index) if self.signalled is not None else 0
 
-    def copy_a_top_member(self, params: dict, force: bool = False,
-                          scores: dict | None = None, parent: int | None = None) -> dict | None:
+    def copy_a_top_member(self, params: dict, force: bool = False, upto: int | None = None,
+                          stop=None) -> dict | None:
         """Exploit and explore: the new values when this member copied a top member, else None.
+        Members are ranked by their newest scores at intervals up to `upto` (this member's own);
+        the parent's newest checkpoint is copied (its freshest state, and one its pruning keeps).
+        `stop()` ends this member's running ranks once the copy is staged.
         force: a member with no checkpoint of its own after a crash copies the best one."""
-        scores = scores if scores is not None else self.newest_scores()
+        scores = self.newest_scores(upto=upto)
         latest = {m: s for m, (s, _) in scores.items()}
-        if parent is not None:
-            pass
-        elif force:
+        if force:
             others = [m for m in explore.ranked(latest, self.search.direction) if m != self.index]
             parent = others[0] if others else None
         else:
@@ -182,12 +233,14 @@ class Member(Worker):
                                         self.pbt.fraction, self.search.direction, self.rng)
         if parent is None:
             return None
-        rec = scores[parent][1]
-        if not self.take(parent, rec):
+        rec = self.newest_scores().get(parent, scores[parent])[1]
+        if not self.stage(parent, rec):
             return None
-        if not self.save_to_workspace(rec.interval, rec.checkpoint):
-            return None
+        if stop is not None:
+            stop()  # its ranks save and end, as on a preemption
         new = explore.explore(self.search, rec.params, self.rng)
+        if not self.take(rec):
+            return None
         self.record("exploit", new, interval=rec.interval, step=rec.step, score=rec.score,
                     parent=parent, parent_interval=rec.interval, checkpoint=rec.checkpoint,
                     note="after a crash with no checkpoint of its own" if force else "")
@@ -211,6 +264,7 @@ class Member(Worker):
             return "crashed", params
         self.patterns = list(plan.bootstrap.get("checkpoint_patterns") or [])
         self.clear_progress()
+        self.stopped = False
         log(f"member {self.index}: {params}")
         with open(self.dir / "logs" / "job.out", "ab") as out:
             self.child = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT,
@@ -223,6 +277,9 @@ class Member(Worker):
             return "signalled", params
         if new is not None:
             return "exploit", new
+        if self.stopped:  # stopped to copy, then the copy could not be placed: it goes on
+            self.record("restart", params, note="a copy failed; from its own newest checkpoint")
+            return "exploit", params
         if status == 0:
             self.finish(params)
             return "ended", params
@@ -255,23 +312,19 @@ class Member(Worker):
             self.record("ready", params, interval=interval, step=step, score=score, checkpoint=rel)
             if step >= self.pbt.steps:
                 continue  # its last interval: it ends on its own
-            new = self.copy_a_top_member_while_running(params)
+            new = self.copy_a_top_member_while_running(params, interval)
             if new is not None:
                 return new
         return None
 
-    def copy_a_top_member_while_running(self, params: dict) -> dict | None:
-        scores = self.newest_scores()
-        parent = explore.parent_for(self.index, {m: s for m, (s, _) in scores.items()},
-                                    self.search.parallel, self.pbt.fraction,
-                                    self.search.direction, self.rng)
-        if parent is None:
-            return None
-        # Its ranks save and end as on a preemption; then it takes the top member's checkpoint.
+    def copy_a_top_member_while_running(self, params: dict, interval: int) -> dict | None:
         import signal
-        self._signal_child(signal.SIGTERM)
-        self.child.wait()
-        return self.copy_a_top_member(params, scores=scores, parent=parent)
+
+        def stop():
+            self.stopped = True
+            self._signal_child(signal.SIGTERM)
+            self.child.wait()
+        return self.copy_a_top_member(params, upto=interval, stop=stop)
 
     def finish(self, params: dict) -> None:
         """The launch ended by itself: its final score and checkpoint."""

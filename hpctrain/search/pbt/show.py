@@ -130,6 +130,32 @@ def population(run: Run) -> Population:
         schedule=schedule(recs, best.member) if best else [])
 
 
+class BestMember(msgspec.Struct, kw_only=True):
+    """What a population found (Study.best() of a PBT run): the best member's newest score, its
+    values, the schedule it trained with and its checkpoint in the workspace."""
+    run_id: str
+    metric: str
+    direction: str
+    member: int
+    score: float
+    step: int | None
+    params: dict[str, Any]
+    schedule: list[Point]
+    checkpoint: str
+
+
+def best_member(run: Run) -> BestMember:
+    """HpctrainError while no member has recorded a score with a checkpoint."""
+    pop = population(run)
+    b = pop.best
+    if b is None or b.score is None or b.checkpoint is None:
+        raise HpctrainError(f"population {pop.run_id} has no member with a recorded checkpoint "
+                            "yet", fix=f"wait for one interval (hpctrain status {pop.run_id})")
+    return BestMember(run_id=pop.run_id, metric=pop.metric, direction=pop.direction,
+                      member=b.member, score=b.score, step=b.step, params=dict(b.params),
+                      schedule=pop.schedule, checkpoint=b.checkpoint)
+
+
 def _num(v) -> str:
     return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
