@@ -236,3 +236,50 @@ def test_a_population_with_no_checkpoint_yet_has_no_best(tmp_path):
             {"member": m, "event": "start", "time": T, "params": {"lr": 0.01}}) + "\n")
     with pytest.raises(hpctrain.HpctrainError, match="no member with a recorded checkpoint"):
         hpctrain.Study(str(d)).best()
+
+
+# ----------------------------------------------------------------------------- Isaac Lab's resume
+
+def _isaaclab_get_checkpoint_path(log_path, run_dir=".*", checkpoint=".*"):
+    """Isaac Lab's isaaclab_tasks.utils.parse_cfg.get_checkpoint_path (sort_alpha, no
+    other_dirs), as its rsl_rl train.py calls it with --load_run and --checkpoint: the last run
+    directory whose name the regex matches, then the last matching file in natural order."""
+    import re
+    runs = sorted(os.path.join(log_path, e.name) for e in os.scandir(log_path)
+                  if e.is_dir() and re.match(run_dir, e.name))
+    files = [f for f in os.listdir(runs[-1]) if re.match(checkpoint, f)]
+    files.sort(key=lambda m: f"{m:0>15}")
+    return os.path.join(runs[-1], files[-1])
+
+
+def test_an_isaaclab_rsl_rl_member_resumes_from_a_copied_run_directory(tmp_path):
+    # Isaac Lab's rsl_rl train.py writes logs/rsl_rl/<experiment>/<timestamp>/model_<it>.pt
+    # under the member's directory (its working directory). A copy lands at the parent's path
+    # in it, beside the member's own newer-numbered run: the resume must name the copy's.
+    from hpctrain.libraries.rsl_rl import RslRl
+    from hpctrain.rank.before.bootstrap import resume_argv
+    from hpctrain.rank.end.checkpoints import find_checkpoint
+    population(tmp_path)
+    m = member(tmp_path, 3)
+    m.patterns = list(RslRl.isaaclab_checkpoint_globs)
+    own = m.dir / "logs" / "rsl_rl" / "cartpole" / "2026-01-01_10-00-09"
+    own.mkdir(parents=True)
+    for it in (0, 50, 100):
+        (own / f"model_{it}.pt").write_bytes(b"own")
+        os.utime(own / f"model_{it}.pt", (T, T))
+    rel = "logs/rsl_rl/cartpole/2026-01-01_10-00-05/model_60.pt"
+    saved = lineage.saved_path(tmp_path, 0, 6, rel)
+    saved.parent.mkdir(parents=True)
+    saved.write_bytes(b"parent's weights")
+    lineage.append(tmp_path, Record(member=0, event="ready", time=T + 40, params={"lr": 0.03},
+                                    interval=6, step=24, score=24.0, checkpoint=rel))
+    assert m.copy_a_top_member({"lr": 1e-5}, force=True) is not None  # the best: member 0
+    found = find_checkpoint(str(m.dir), m.patterns)
+    assert found == str(m.dir / rel)  # the newest, though its iteration is lower
+    argv = resume_argv(["scripts/train.py", "--task", "Isaac-Cartpole-v0"],
+                       list(RslRl.isaaclab_resume_template), found)
+    assert argv[-5:] == ["--resume", "--load_run", "2026-01-01_10-00-05", "--checkpoint",
+                         "model_60.pt"], argv
+    got = _isaaclab_get_checkpoint_path(str(m.dir / "logs" / "rsl_rl" / "cartpole"),
+                                        argv[-3], argv[-1])
+    assert open(got, "rb").read() == b"parent's weights"
