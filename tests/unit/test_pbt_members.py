@@ -283,3 +283,18 @@ def test_an_isaaclab_rsl_rl_member_resumes_from_a_copied_run_directory(tmp_path)
     got = _isaaclab_get_checkpoint_path(str(m.dir / "logs" / "rsl_rl" / "cartpole"),
                                         argv[-3], argv[-1])
     assert open(got, "rb").read() == b"parent's weights"
+
+
+def test_a_copy_of_a_member_behind_is_kept_as_the_newest(tmp_path):
+    # Member 3 records intervals 6 and 7, then copies member 2's interval-2 checkpoint (its
+    # newest): that older interval's slot is the one others would copy, so pruning keeps it.
+    population(tmp_path)
+    m = member(tmp_path, 3)
+    for interval in (6, 7):
+        rel = f"checkpoints/step-{interval * 4:05d}.json"
+        (m.dir / rel).write_text("{}")
+        assert m.save_to_workspace(interval, rel)
+    m.pbt = msgspec.structs.replace(m.pbt, keep=2)
+    assert m.stage(2, lineage.read(tmp_path, 2)[-1]) and m.take(lineage.read(tmp_path, 2)[-1])
+    slots = sorted(p.name for p in (tmp_path / "population" / "checkpoints" / "3").iterdir())
+    assert slots == ["000002", "000007"], slots

@@ -106,17 +106,26 @@ class Member(Worker):
     def save_to_workspace(self, interval: int, rel: str) -> bool:
         try:
             lineage.copy_file(self.dir / rel, lineage.saved_path(self.run_dir, self.index, interval, rel))
+            self.touch_slot(interval)
         except (OSError, ValueError) as exc:
             log(f"checkpoint {rel} not recorded: {exc}")
             return False
         self.prune_workspace()
         return True
 
+    def touch_slot(self, interval: int) -> None:
+        """The slot of that interval is this member's newest written (pruning goes by time)."""
+        os.utime(lineage.population_dir(self.run_dir) / "checkpoints" / str(self.index)
+                 / f"{interval:06d}", follow_symlinks=False)
+
     def prune_workspace(self) -> None:
-        """Keep the newest `keep` intervals' checkpoints of this member (others copy only the
-        newest)."""
+        """Keep the `keep` checkpoints of this member written last (others copy only its newest
+        record's). By time, not by interval: a copy of a member behind it lies in an older
+        interval's slot, and is its newest record's all the same."""
         mine = lineage.population_dir(self.run_dir) / "checkpoints" / str(self.index)
-        olds = sorted(p for p in mine.iterdir() if p.name.isdigit())[:-self.pbt.keep]
+        slots = [(p.lstat().st_mtime_ns, p) for p in mine.iterdir()
+                 if p.name.isdigit() and not p.is_symlink()]
+        olds = [p for _, p in sorted(slots)[:-self.pbt.keep]]
         import shutil
         for p in olds:
             shutil.rmtree(p, ignore_errors=True)
@@ -129,6 +138,7 @@ class Member(Worker):
             src = lineage.saved_path(self.run_dir, parent, rec.interval, rec.checkpoint)
             lineage.copy_file(src, lineage.saved_path(self.run_dir, self.index, rec.interval,
                                                       rec.checkpoint))
+            self.touch_slot(rec.interval)
             return True
         except (OSError, ValueError) as exc:
             log(f"could not copy member {parent}'s checkpoint: {exc}")
