@@ -27,16 +27,21 @@ def test_rsl_rl_members_copy_and_resume_from_the_copied_checkpoint(cli, tmp_path
     for i, r in copies:
         parent = [p for p in lineage[r["parent"]] if p["time"] <= r["time"]][-1]["params"][
             "entropy-coef"]
-        assert any(math.isclose(r["params"]["entropy-coef"], parent * f) for f in (0.5, 2)), r
+        assert any(math.isclose(r["params"]["entropy-coef"], min(max(parent * f, 1e-4), 0.1))
+                   for f in (0.5, 2)), r  # kept in the space
         attempts = [json.loads(line) for line in (run_dir / "trials" / f"{i:04d}" / "results" /
                                                    "attempts.jsonl").read_text().splitlines()]
-        # rsl_rl loaded the copied file (placed where the member's own lie), went on from its
+        # rsl_rl loaded the copied file (placed where the member's own lie) and went on from its
         # iteration, with the explored entropy coefficient in its PPO.
-        took = [a for a in attempts if a["resume_from"] == str(run_dir / "trials" / f"{i:04d}" /
-                                                                r["checkpoint"])]
-        assert took, (r, attempts)
         iteration = int(re.fullmatch(r"checkpoints/model_(\d+)\.pt", r["checkpoint"]).group(1))
-        assert took[-1]["started_from"] == iteration and took[-1]["reached"] > iteration, took
-        assert took[-1]["entropy_coef"] == r["params"]["entropy-coef"], took
+        path = str(run_dir / "trials" / f"{i:04d}" / r["checkpoint"])
+        took = [a for a in attempts if a["resume_from"] == path and a["started_from"] == iteration
+                and a["entropy_coef"] == r["params"]["entropy-coef"]]
+        assert took and took[0]["reached"] >= iteration, (r, attempts)
+    # At least one copy trained on from the copied iteration (not one copied at the very end).
+    assert any(a["resume_from"] and a["reached"] > a["started_from"]
+               for i in range(2) for a in map(json.loads, (run_dir / "trials" / f"{i:04d}" /
+                                                          "results" / "attempts.jsonl")
+                                              .read_text().splitlines())), copies
     st = json.loads(cli("status", run_dir.name, "--json").stdout)["population"]
     assert st["best"] is not None and st["copies"] == len(copies)

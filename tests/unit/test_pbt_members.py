@@ -21,7 +21,7 @@ from hpctrain.cli import main
 from hpctrain.job.load import load_job
 from hpctrain.runs.records import Run, add_to_index
 from hpctrain.schema.spec import Search
-from hpctrain.search.pbt import cost, lineage
+from hpctrain.search.pbt import cost, explore, lineage
 from hpctrain.search.pbt.lineage import Record
 from hpctrain.search.pbt.member import Member
 from hpctrain.search.trials import write_study_job
@@ -298,3 +298,31 @@ def test_a_copy_of_a_member_behind_is_kept_as_the_newest(tmp_path):
     assert m.stage(2, lineage.read(tmp_path, 2)[-1]) and m.take(lineage.read(tmp_path, 2)[-1])
     slots = sorted(p.name for p in (tmp_path / "population" / "checkpoints" / "3").iterdir())
     assert slots == ["000002", "000007"], slots
+
+
+def test_a_member_never_copies_one_behind_it(tmp_path):
+    # Members 0 and 2 copied an interval-2 peak and are back at interval 2; member 1, at
+    # interval 3 with a lower score than those, must not copy them (members copying each
+    # other's old peak would never get past it): it goes on, and they compare at interval 3.
+    population(tmp_path)
+    for m, score in ((0, 9.0), (2, 20.0)):
+        lineage.append(tmp_path, Record(member=m, event="exploit", time=T + 50, params={"lr": 0.1},
+                                        interval=2, step=8, score=score, parent=3,
+                                        parent_interval=2, checkpoint="checkpoints/step-00008.json"))
+    ready(tmp_path, 3, 3, 5.0, 0.02, T + 51)
+    ready(tmp_path, 1, 3, 8.5, 0.01, T + 52)
+    m = member(tmp_path, 1)
+    stops = []
+    assert m.copy_a_top_member({"lr": 0.01}, upto=3, stop=lambda: stops.append(1)) is None
+    assert stops == [] and m.history[-1].event == "ready"
+    # Once member 2 has reached interval 3 with a better score, member 1 copies it.
+    ready(tmp_path, 2, 3, 21.0, 0.1, T + 53)
+    assert m.copy_a_top_member({"lr": 0.01}, upto=3, stop=lambda: stops.append(1)) is not None
+    assert m.history[-1].parent == 2 and stops == [1]
+
+
+def test_only_an_eligible_top_member_is_copied():
+    latest = {0: 9.0, 1: 8.5, 2: 1.0, 3: 0.5}
+    assert explore.parent_for(1, latest, 4, 0.25, "maximize", random.Random(0)) is None
+    assert explore.parent_for(3, latest, 4, 0.5, "maximize", random.Random(0), {1}) == 1
+    assert explore.parent_for(3, latest, 4, 0.25, "maximize", random.Random(0), {1, 2}) is None

@@ -63,10 +63,11 @@ def ranked(latest: dict[int, float], direction: str) -> list[int]:
 
 
 def parent_for(me: int, latest: dict[int, float], parallel: int, fraction: float,
-               direction: str, rng: random.Random) -> int | None:
+               direction: str, rng: random.Random, eligible=None) -> int | None:
     """The member `me` copies, when its newest score is in the bottom fraction of the members'
     newest scores (each member's own, whatever interval it is at: nobody waits); None when it
-    goes on as it is. Fewer than two scores yet: nobody copies."""
+    goes on as it is. Fewer than two scores yet: nobody copies. `eligible`: the members it may
+    copy (those not behind it), when not all may."""
     if me not in latest or len(latest) < 2:
         return None
     k = bottom_count(parallel, fraction)
@@ -74,7 +75,8 @@ def parent_for(me: int, latest: dict[int, float], parallel: int, fraction: float
     k = min(k, len(order) // 2)
     if k < 1 or me not in order[-k:]:
         return None
-    top = [m for m in order[:k] if m != me]
-    if not top or latest[top[0]] == latest[me]:
+    top = [m for m in order[:k] if m != me and latest[m] != latest[me]
+           and (eligible is None or m in eligible)]
+    if not top:
         return None  # no better member to copy
     return rng.choice(top)

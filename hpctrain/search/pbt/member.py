@@ -230,20 +230,26 @@ class Member(Worker):
                           stop=None) -> dict | None:
         """Exploit and explore: the new values when this member copied a top member, else None.
         Members are ranked by their newest scores at intervals up to `upto` (this member's own);
-        the parent's newest checkpoint is copied (its freshest state, and one its pruning keeps).
+        it copies one that has reached `upto`, its newest checkpoint (its freshest state, one
+        its pruning keeps, and never behind this member's interval).
         `stop()` ends this member's running ranks once the copy is staged.
         force: a member with no checkpoint of its own after a crash copies the best one."""
         scores = self.newest_scores(upto=upto)
+        newest = self.newest_scores()
         latest = {m: s for m, (s, _) in scores.items()}
+        # Only a member that reached this member's interval: a copy never takes it back (two
+        # members copying each other's older peak would otherwise never get past it).
+        eligible = {m for m, (_, rec) in newest.items() if upto is None or rec.interval >= upto}
         if force:
             others = [m for m in explore.ranked(latest, self.search.direction) if m != self.index]
             parent = others[0] if others else None
         else:
             parent = explore.parent_for(self.index, latest, self.search.parallel,
-                                        self.pbt.fraction, self.search.direction, self.rng)
+                                        self.pbt.fraction, self.search.direction, self.rng,
+                                        eligible)
         if parent is None:
             return None
-        rec = self.newest_scores().get(parent, scores[parent])[1]
+        rec = newest.get(parent, scores[parent])[1]
         if not self.stage(parent, rec):
             return None
         if stop is not None:
@@ -300,8 +306,10 @@ class Member(Worker):
 
     def follow_member(self, params: dict) -> dict | None:
         """Record each interval while the launch runs; the new values when the member copied
-        another (its ranks were signalled to save and end), else None."""
-        boundary = None
+        another (its ranks were signalled to save and end), else None. A member that decided
+        before others reached its interval decides again as each of them reaches it, until it
+        records the next one: a member ahead of the others is compared too, without waiting."""
+        boundary, pending, reached = None, None, set()
         while self.child.poll() is None:
             time.sleep(POLL)
             if self.signalled is not None:
@@ -313,6 +321,13 @@ class Member(Worker):
             if boundary is None:  # the first step of this launch (it may resume mid-interval)
                 boundary = (step // self.pbt.interval + 1) * self.pbt.interval
             if step < boundary:
+                if pending is not None and len(reached) < self.search.parallel:
+                    now = self.reached(pending)
+                    if now - reached:
+                        reached = now
+                        new = self.copy_a_top_member_while_running(params, pending)
+                        if new is not None:
+                            return new
                 continue
             rel = self.settled_checkpoint()
             interval = step // self.pbt.interval
@@ -322,10 +337,15 @@ class Member(Worker):
             self.record("ready", params, interval=interval, step=step, score=score, checkpoint=rel)
             if step >= self.pbt.steps:
                 continue  # its last interval: it ends on its own
+            pending, reached = interval, self.reached(interval)
             new = self.copy_a_top_member_while_running(params, interval)
             if new is not None:
                 return new
         return None
+
+    def reached(self, interval: int) -> set[int]:
+        """The members whose newest record is at `interval` or later."""
+        return {m for m, (_, rec) in self.newest_scores().items() if rec.interval >= interval}
 
     def copy_a_top_member_while_running(self, params: dict, interval: int) -> dict | None:
         import signal
