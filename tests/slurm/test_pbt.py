@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 import time
 
 import yaml
 
-from tests.conftest import ROOT, submitted, wait_for_job
+from tests.conftest import submitted, wait_for_job
 from tests.local.test_pbt_local import JOB as LOCAL_JOB
 
 STEPS = 40

@@ -25,7 +25,6 @@ import random
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from ...job.search import max_failures
 from ...rank.end.checkpoints import _SKIP
