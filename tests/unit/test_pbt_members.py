@@ -297,7 +297,7 @@ def test_a_copy_of_a_member_behind_is_kept_as_the_newest(tmp_path):
     m.pbt = msgspec.structs.replace(m.pbt, keep=2)
     assert m.stage(2, lineage.read(tmp_path, 2)[-1]) and m.take(lineage.read(tmp_path, 2)[-1])
     slots = sorted(p.name for p in (tmp_path / "population" / "checkpoints" / "3").iterdir())
-    assert slots == ["000002", "000007"], slots
+    assert slots == ["000002-2", "000007"], slots
 
 
 def test_a_member_never_copies_one_behind_it(tmp_path):

@@ -59,11 +59,28 @@ def good_rel(rel: str | None) -> bool:
     return bool(rel) and _REL.fullmatch(rel) is not None and ".." not in rel.split("/")
 
 
-def saved_path(run_dir, member: int, interval: int, rel: str) -> Path:
-    """Where member's checkpoint of that interval lies in the workspace (rel checked)."""
+def slot(interval: int, parent: int | None = None) -> str:
+    """A member's folder in the workspace for one record: <interval> for its own checkpoint,
+    <interval>-<parent> for a copy of that member's (the two can share a relative path, and a
+    record must keep naming the file it was written for)."""
+    return f"{interval:06d}" if parent is None else f"{interval:06d}-{int(parent)}"
+
+
+SLOT = re.compile(r"\d{6,}(-\d+)?")
+
+
+def saved_path(run_dir, member: int, interval: int, rel: str, parent: int | None = None) -> Path:
+    """Where member's checkpoint of that interval (or its copy of parent's) lies in the
+    workspace (rel checked)."""
     if not good_rel(rel):
         raise ValueError(f"not a checkpoint path inside a member's directory: {rel!r}")
-    return population_dir(run_dir) / "checkpoints" / str(member) / f"{interval:06d}" / rel
+    return population_dir(run_dir) / "checkpoints" / str(member) / slot(interval, parent) / rel
+
+
+def record_path(run_dir, rec: "Record") -> Path:
+    """The workspace file a record with a checkpoint names."""
+    return saved_path(run_dir, rec.member, rec.interval, rec.checkpoint,
+                      rec.parent if rec.event == "exploit" else None)
 
 
 def append(run_dir, rec: Record) -> None:

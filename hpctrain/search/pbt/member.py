@@ -112,10 +112,10 @@ class Member(Worker):
         self.prune_workspace()
         return True
 
-    def touch_slot(self, interval: int) -> None:
-        """The slot of that interval is this member's newest written (pruning goes by time)."""
+    def touch_slot(self, interval: int, parent: int | None = None) -> None:
+        """That slot is this member's newest written (pruning goes by time)."""
         os.utime(lineage.population_dir(self.run_dir) / "checkpoints" / str(self.index)
-                 / f"{interval:06d}", follow_symlinks=False)
+                 / lineage.slot(interval, parent), follow_symlinks=False)
 
     def prune_workspace(self) -> None:
         """Keep the `keep` checkpoints of this member written last (others copy only its newest
@@ -123,7 +123,7 @@ class Member(Worker):
         interval's slot, and is its newest record's all the same."""
         mine = lineage.population_dir(self.run_dir) / "checkpoints" / str(self.index)
         slots = [(p.lstat().st_mtime_ns, p) for p in mine.iterdir()
-                 if p.name.isdigit() and not p.is_symlink()]
+                 if lineage.SLOT.fullmatch(p.name) and not p.is_symlink()]
         olds = [p for _, p in sorted(slots)[:-self.pbt.keep]]
         import shutil
         for p in olds:
@@ -134,10 +134,10 @@ class Member(Worker):
         that interval, while this member's ranks still train: a copy that fails (the parent
         pruned it meanwhile, a full disk) leaves this member training as it was."""
         try:
-            src = lineage.saved_path(self.run_dir, parent, rec.interval, rec.checkpoint)
-            lineage.copy_file(src, lineage.saved_path(self.run_dir, self.index, rec.interval,
-                                                      rec.checkpoint))
-            self.touch_slot(rec.interval)
+            lineage.copy_file(lineage.record_path(self.run_dir, rec),
+                              lineage.saved_path(self.run_dir, self.index, rec.interval,
+                                                 rec.checkpoint, parent))
+            self.touch_slot(rec.interval, parent)
             return True
         except (OSError, ValueError) as exc:
             log(f"could not copy member {parent}'s checkpoint: {exc}")
@@ -149,7 +149,7 @@ class Member(Worker):
         try:
             dst = self.dir / rec.checkpoint
             lineage.copy_file(lineage.saved_path(self.run_dir, self.index, rec.interval,
-                                                 rec.checkpoint), dst)
+                                                 rec.checkpoint, rec.member), dst)
             os.utime(dst)  # newer than this member's own, whatever the copy kept
             self.prune_workspace()
             return True
@@ -217,6 +217,7 @@ class Member(Worker):
                 self.record("failed", params, note=f"{crashes} crashes in a row")
                 log(f"member {self.index}: {crashes} crashes in a row; it stops")
                 return 1
+            time.sleep(SETTLE)  # its ranks have ended: what they wrote last settles now
             if self.settled_checkpoint() is None:
                 picked = self.copy_a_top_member(params, force=True)
                 if picked is not None:
