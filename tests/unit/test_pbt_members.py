@@ -120,7 +120,8 @@ def _segments(m: Member, outcomes):
     return seen
 
 
-def test_a_crash_restarts_from_its_own_checkpoint_with_its_values(tmp_path):
+def test_a_crash_restarts_from_its_own_checkpoint_with_its_values(tmp_path, monkeypatch):
+    monkeypatch.setattr("hpctrain.search.pbt.member.SETTLE", 0)  # no wait for writes to settle
     population(tmp_path)
     m = member(tmp_path, 1)
     ckpt = m.dir / "checkpoints" / "step-00009.json"
@@ -134,7 +135,8 @@ def test_a_crash_restarts_from_its_own_checkpoint_with_its_values(tmp_path):
                       ("restart", "after a crash, from its newest checkpoint")], events
 
 
-def test_a_crash_with_no_checkpoint_of_its_own_copies_the_best(tmp_path):
+def test_a_crash_with_no_checkpoint_of_its_own_copies_the_best(tmp_path, monkeypatch):
+    monkeypatch.setattr("hpctrain.search.pbt.member.SETTLE", 0)  # no wait for writes to settle
     population(tmp_path)
     m = member(tmp_path, 3)
     seen = _segments(m, ["crashed", "ended"])
