@@ -23,7 +23,7 @@ JOB = {
     "name": "pbt", "script": str(ROOT / "tests/programs/known_schedule.py"),
     "python": sys.executable,
     "args": ["--lr=0.001", f"--steps={STEPS}", "--step-time=0.5", "--crash-once-in=0001",
-             "--crash-at=6"],
+             "--crash-at=2"],
     "search": {"method": "pbt", "params": {"lr": {"low": 1e-5, "high": 1e-1, "log": True}},
                "parallel": 4, "seed": 59,
                "pbt": {"interval": 4, "steps": STEPS, "fraction": 0.5, "factors": [0.1, 10]}},
@@ -86,8 +86,9 @@ def test_a_population_copies_perturbs_and_beats_its_fixed_values(cli, tmp_path):
         step, lr = _resumed(run_dir, i)[launched[i]]
         assert step > 1 and lr == again["params"]["lr"], (_resumed(run_dir, i), again)
 
-    # Member 1's crash: it restarted from its own newest checkpoint (the step it crashed at is
-    # the first it trains again) with the values it had.
+    # Member 1's crash, in its first launch (at step 2, before any member decides, so that no
+    # copy stops it first): it restarted from its own newest checkpoint (the step it crashed at
+    # is the first it trains again) with the values it had.
     crashed_at = int((run_dir / "trials" / "0001" / "status" / "crashed-at").read_text())
     crash = [r for r in lineage[1] if r["event"] == "restart" and "after a crash" in r["note"]]
     assert len(crash) == 1, lineage[1]

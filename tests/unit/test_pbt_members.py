@@ -328,3 +328,17 @@ def test_only_an_eligible_top_member_is_copied():
     assert explore.parent_for(1, latest, 4, 0.25, "maximize", random.Random(0)) is None
     assert explore.parent_for(3, latest, 4, 0.5, "maximize", random.Random(0), {1}) == 1
     assert explore.parent_for(3, latest, 4, 0.25, "maximize", random.Random(0), {1, 2}) is None
+
+
+def test_a_member_that_copied_an_ended_one_ends_with_that_checkpoint(tmp_path):
+    # Its launch had nothing left to train (no progress of its own): its end record names the
+    # copied checkpoint, saved in its own slot of that interval.
+    population(tmp_path)
+    m = member(tmp_path, 3)
+    (m.dir / "checkpoints" / "step-00040.json").write_text('{"step": 40}')
+    m.record("exploit", {"lr": 0.3}, interval=10, step=40, score=30.0, parent=0,
+             parent_interval=10, checkpoint="checkpoints/step-00040.json")
+    m.finish({"lr": 0.3})
+    end = lineage.read(tmp_path, 3)[-1]
+    assert (end.event, end.interval, end.step, end.score) == ("end", 10, 40, 30.0)
+    assert json.loads(lineage.record_path(tmp_path, end).read_text()) == {"step": 40}

@@ -359,15 +359,16 @@ class Member(Worker):
     def finish(self, params: dict) -> None:
         """The launch ended by itself: its final score and checkpoint."""
         seen = self.latest(self.dir)
-        rel = self.settled_checkpoint(settle=0)  # its ranks have ended: every file is whole
         step, score = seen if seen else (None, None)
-        interval = (step // self.pbt.interval) if step is not None else 0
-        if rel is not None and not self.save_to_workspace(interval, rel):
-            rel = None
         if seen is None:  # it copied a member that had ended: nothing left to train
             last = next((r for r in reversed(self.history) if r.score is not None), None)
             if last is not None:
-                step, score, interval, rel = last.step, last.score, last.interval, last.checkpoint
+                step, score = last.step, last.score
+        interval = (step // self.pbt.interval) if step is not None else 0
+        rel = self.settled_checkpoint(settle=0)  # its ranks have ended: every file is whole
+        # Saved into its own slot of that interval, the one its end record names.
+        if rel is not None and not self.save_to_workspace(interval, rel):
+            rel = None
         self.record("end", params, interval=interval, step=step, score=score, checkpoint=rel)
         log(f"member {self.index} ended at step {step}: {self.search.metric} {score}")
 
