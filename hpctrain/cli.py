@@ -310,6 +310,11 @@ def _study(ref):
     return run, is_study(run)
 
 
+def _pbt(run) -> bool:
+    from .search.pbt.show import is_population
+    return is_population(run)
+
+
 def cmd_status(args) -> int:
     import json
     from .follow.display import describe, format_status
@@ -317,6 +322,13 @@ def cmd_status(args) -> int:
     if args.run:
         run, study = _study(args.run)
         st = status(run)
+        if study and _pbt(run):
+            from .search.pbt import show as pbt_show
+            pop = pbt_show.population(run)
+            print(json.dumps({"run": st.to_json(), "population": json.loads(
+                pbt_show.msgspec.json.encode(pop))}, indent=2)
+                  if args.json else pbt_show.format_population(pop, workers=describe(st.state)))
+            return 0
         if study:
             from .search import follow, show
             found = follow.status(run)
@@ -340,6 +352,11 @@ def _study_notes(rows) -> dict:
         if not follow.is_study(run):
             continue
         try:
+            if _pbt(run):  # a population: its members and best, not an Optuna study
+                from .search.pbt import cost, show as pbt_show
+                pop = pbt_show.population(run)
+                notes[r.path] = (cost.summary(pop), pop)
+                continue
             found = follow.status(run)
             notes[r.path] = (follow.summary(found), found)
         except HpctrainError as exc:
@@ -360,7 +377,9 @@ def cmd_list(args) -> int:
             d = r.to_json()
             if r.path in notes:
                 text, found = notes[r.path]
-                d["study"] = json.loads(as_json(found)) if found else {"error": text}
+                from .search.pbt.show import Population
+                key = "population" if isinstance(found, Population) else "study"
+                d[key] = json.loads(as_json(found)) if found else {"error": text}
             out.append(d)
         print(json.dumps(out, indent=2))
     elif not rows:
@@ -404,6 +423,10 @@ def cmd_plot(args) -> int:
                                 "no --metric", fix=f"hpctrain plot {args.run} (a trial's own "
                                 "curves: hpctrain tensorboard on its directory)")
         from .rank.printable import shown
+        if _pbt(run):
+            from .search.pbt.show import plot as plot_population
+            print(shown(plot_population(run, args.out)))
+            return 0
         from .search.plot import plot as plot_study
         print(shown(plot_study(run, args.out)))
         return 0
@@ -419,6 +442,11 @@ def cmd_report(args) -> int:
         if args.out is not None:
             raise HpctrainError("a study's report is text (or --json): no --out",
                                 fix=f"hpctrain report {args.run}; its figure: hpctrain plot {args.run}")
+        if _pbt(run):
+            from .search.pbt import cost
+            result = cost.cost(run)
+            print(show.as_json(result) if args.json else cost.format_report(result))
+            return 0
         result = follow.cost(run)
         print(show.as_json(result) if args.json else show.format_report(result))
         return 0

@@ -157,7 +157,9 @@ def _prepare_study(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
                       run_dir=str(run_dir), parallel=search.parallel, n_trials=search.n_trials,
                       directives=study_directives(first.plan, str(run_dir), search.parallel),
                       nnodes=first.plan.nnodes, nproc_per_node=first.plan.nproc_per_node,
-                      python=python, version=__version__)
+                      python=python, version=__version__,
+                      worker="hpctrain.search.pbt.member" if search.method == "pbt"
+                      else "hpctrain.search.worker")
     return Prepared(job=job, plan=first.plan,
                     script=render_plan(splan, chosen.header(splan.directives), "study.sh.j2"),
                     run_id=run_id, run_dir=run_dir, backend=first.backend,

@@ -57,6 +57,9 @@ def parse_args():
                    help="seconds to sleep after each update (lets a test preempt it mid-run)")
     p.add_argument("--num-envs", type=int, default=32, help="environments per rank")
     p.add_argument("--steps", type=int, default=32, help="steps per environment per update")
+    p.add_argument("--entropy-coef", type=float, default=0.01,
+                   help="PPO's entropy coefficient: taken from here at every start, a resumed one "
+                        "included (runner.load() restores weights and optimizer, not this)")
     return p.parse_args()
 
 
@@ -110,7 +113,7 @@ class RecordingPPO(PPO):
         return loss_dict
 
 
-def train_cfg(steps: int, save_interval: int) -> dict:
+def train_cfg(steps: int, save_interval: int, entropy_coef: float = 0.01) -> dict:
     mlp = {"class_name": "MLPModel", "hidden_dims": [64, 64], "activation": "elu", "obs_normalization": False}
     return {
         "num_steps_per_env": steps,
@@ -119,7 +122,8 @@ def train_cfg(steps: int, save_interval: int) -> dict:
         "actor": {**mlp, "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
         "critic": dict(mlp),
         "algorithm": {"class_name": RecordingPPO, "learning_rate": 1e-3, "num_learning_epochs": 4,
-                      "num_mini_batches": 4, "schedule": "adaptive", "desired_kl": 0.01},
+                      "num_mini_batches": 4, "schedule": "adaptive", "desired_kl": 0.01,
+                      "entropy_coef": entropy_coef},
         "logger": "tensorboard",
     }
 
@@ -145,14 +149,15 @@ def main():
 
     RecordingPPO.SLEEP = args.sleep
     log_dir = os.path.join(args.out, "checkpoints")
-    runner = OnPolicyRunner(env, train_cfg(args.steps, args.save_interval), log_dir=log_dir,
+    cfg = train_cfg(args.steps, args.save_interval, args.entropy_coef)
+    runner = OnPolicyRunner(env, cfg, log_dir=log_dir,
                             device=device)  # creates the process group
     resumed_from = 0
     if args.checkpoint:
         runner.load(args.checkpoint, map_location=device)  # every rank loads the same file
         resumed_from = runner.current_learning_iteration
     attempt = {"rank": rank, "world_size": world, "started_from": resumed_from,
-               "resume_from": args.checkpoint,
+               "resume_from": args.checkpoint, "entropy_coef": runner.alg.entropy_coef,
                "job_restart": int(os.environ.get("SLURM_RESTART_COUNT", 0)),
                "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname()}
     print(f"[rank {rank}] starting at iteration {resumed_from}", flush=True)

@@ -80,6 +80,8 @@ def check_search(spec: JobSpec, where) -> list[dict]:
     """The search section's own mistakes, each one HpctrainError at its key; returns the points
     a load must validate as whole jobs (each bound and each choice of every parameter)."""
     search = spec.search
+    from .pbt import check_pbt
+    check_pbt(spec, where)
     if not search.params:
         raise HpctrainError("search.params is empty", where(("search", "params")),
                             "give at least one parameter, e.g. env.LR: {low: 1e-4, high: 1e-2, "
@@ -120,6 +122,9 @@ def check_search(spec: JobSpec, where) -> list[dict]:
 def shape(spec: JobSpec) -> str:
     """What `validate` and `submit --dry-run` say of a study."""
     s, r = spec.search, spec.resources
+    if s.method == "pbt":
+        from .pbt import shape as pbt_shape
+        return pbt_shape(spec)
     each = f"{r.nodes} node(s) x {r.gpus_per_node or 0} GPU(s)"
     if r.time:
         each += f", time {r.time}"
@@ -149,6 +154,7 @@ class StudyPlan(msgspec.Struct, frozen=True, kw_only=True):
     nproc_per_node: int
     python: list[str]  # hpctrain's own interpreter (Optuna installed): the workers run under it
     version: str = ""
+    worker: str = "hpctrain.search.worker"  # the module each worker runs (PBT: its members')
 
 
 def study_directives(first, run_dir: str, parallel: int) -> list[tuple[str, str | None]]:

@@ -241,11 +241,38 @@ class SearchParam(_Strict):
         return "int" if whole else "float"
 
 
+class Pbt(_Strict):
+    """Population-based training (search.method pbt; hpctrain/search/pbt/): `parallel` members
+    train at once, and every `interval` steps the bottom `fraction` copies a top member's newest
+    checkpoint and explores from its values."""
+    interval: Annotated[Count, Meta(description=(
+            "training steps (the step the ranks report) between two decisions of a member"))]
+    steps: Annotated[Count, Meta(description=(
+            "the total training length in steps: a member that reaches it has ended"))]
+    fraction: Annotated[float, Meta(gt=0, le=0.5, description=(
+            "the bottom fraction that copies a member of the top fraction"))] = 0.25
+    explore: Annotated[dict[str, Literal["perturb", "resample"]], Meta(description=(
+            "key -> perturb (multiply by one of `factors`, kept in the space) or resample (a "
+            "new value from the space); null: perturb numbers, resample choices"))] = {}
+    factors: Annotated[list[Annotated[float, Meta(gt=0, le=100)]], Meta(
+            min_length=1, max_length=8, description=(
+            "the factors a perturbed value is multiplied by, one chosen at random"))] = field(
+                default_factory=lambda: [0.8, 1.2])
+    keep: Annotated[Annotated[int, Meta(ge=1, le=1000)], Meta(description=(
+            "checkpoints each member keeps in the workspace (the newest)"))] = 2
+
+
 class Search(_Strict):
     """A study: trials sampled by Optuna, run by `parallel` workers (hpctrain/search/)."""
     params: Annotated[dict[str, SearchParam], Meta(description=(
             "key.path (as a sweep's grid: env.LR, args.1, seed, or a Hydra override in "
             "args such as agent.params.config.learning_rate) -> its space"))]
+    method: Annotated[Literal["optuna", "pbt"], Meta(description=(
+            "optuna: trials sampled one after another (n_trials, sampler, pruner); pbt: "
+            "population-based training, `parallel` members at once (pbt:)"))] = "optuna"
+    pbt: Annotated[Pbt | None, Meta(description=(
+            "population-based training's interval, length, exploit and explore rules "
+            "(method pbt)"))] = None
     metric: Annotated[str, Meta(max_length=200, description=(
             "the progress metric the ranks report (hpctrain_progress.report) that the "
             "study optimizes"))] = "reward"

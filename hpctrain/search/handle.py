@@ -6,12 +6,15 @@ for any run) that also answers what the study found.
     s.trials()          # every trial's checked row (follow.TrialRow)
     s.result()          # waits for the workers to end, then the best
     s.report(); s.plot()
+    # a population (search.method pbt): best() is the best member (params, schedule, checkpoint),
+    # population() every member, report() GPU-hours per member
     hpctrain.study_result("RUN")                  # the best, without a handle
 """
 from __future__ import annotations
 
 from ..follow.handle import Handle
 from . import follow
+from .pbt import show as pbt_show
 
 
 class Study(Handle):
@@ -20,10 +23,20 @@ class Study(Handle):
     def __repr__(self) -> str:
         return f"<hpctrain study {self.run_id} on {self.run.record.site} at {self.run_dir}>"
 
-    def best(self) -> follow.Best:
-        """The best completed trial so far (number, value, params); HpctrainError while there
-        is none."""
+    def best(self):
+        """The best completed trial so far (follow.Best: number, value, params), or of a
+        population its best member (pbt.show.BestMember: params, schedule, checkpoint);
+        HpctrainError while there is none."""
+        if self._pbt():
+            return pbt_show.best_member(self.run)
         return follow.best(self.run)
+
+    def _pbt(self) -> bool:
+        return pbt_show.is_population(self.run)
+
+    def population(self) -> pbt_show.Population:
+        """A population's members, copies, best and schedule (`hpctrain status` of a PBT run)."""
+        return pbt_show.population(self.run)
 
     def study_status(self) -> follow.StudyStatus:
         """What `hpctrain status STUDY --json` shows: every trial, the best, what is left."""
@@ -33,12 +46,18 @@ class Study(Handle):
         return follow.status(self.run).trials
 
     def report(self) -> follow.StudyReport:
-        """GPU-hours per trial and what pruning saved (`hpctrain report STUDY`)."""
+        """GPU-hours per trial and what pruning saved, or per member of a population
+        (`hpctrain report STUDY`)."""
+        if self._pbt():
+            from .pbt.cost import cost
+            return cost(self.run)
         return follow.cost(self.run)
 
     def plot(self, metrics=None, out: str | None = None) -> str:
         """Every trial's curve and the best-so-far history (`hpctrain plot STUDY`); the PNG's
         path."""
+        if self._pbt():
+            return pbt_show.plot(self.run, out)
         from .plot import plot
         return plot(self.run, out)
 
@@ -46,7 +65,7 @@ class Study(Handle):
         self.wait(timeout)
         return [self.best()]
 
-    def result(self, timeout: float | None = None) -> follow.Best:
+    def result(self, timeout: float | None = None):
         """Wait for the study's workers to end, then its best trial."""
         return self.results(timeout)[0]
 

@@ -1,0 +1,164 @@
+"""A population's workspace in the study's run directory, and its lineage:
+
+    population/member-<i>.jsonl            member i's history, one Record a line (its own writer)
+    population/checkpoints/<i>/<interval>/<path>   the checkpoint member i recorded at that
+                                           interval (<path>: where it lies in the member's own
+                                           run directory, trials/<i:04d>/)
+
+Each member appends only to its own file, so no lock is needed; a checkpoint is copied under a
+hidden name and renamed into place before the record naming it is written, so a member never
+reads a checkpoint still being written. Everything here is read back as untrusted: regular files
+only, bounded in bytes and lines, typed by msgspec, and a checkpoint's place is derived from the
+member, the interval and a checked relative path, never taken as a path from the record.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from ...runs.untrusted import Unreadable, open_regular
+
+POPULATION = "population"
+MAX_LINEAGE = 16 << 20  # bytes of one member's history (~300 bytes a record)
+MAX_RECORDS = 50_000
+MAX_MEMBERS = 4096
+_REL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._=+-]{0,200}(/[A-Za-z0-9_][A-Za-z0-9._=+-]{0,200}){0,15}")
+Event = Literal["start", "ready", "exploit", "restart", "end", "failed"]
+
+
+class Record(msgspec.Struct, kw_only=True, omit_defaults=True):
+    member: int
+    event: Event
+    time: float
+    params: dict[str, Any]
+    interval: int = 0  # step // pbt.interval of the step it recorded at
+    step: int | None = None
+    score: float | None = None
+    checkpoint: str | None = None  # its path inside the member's own run dir (ready, end)
+    parent: int | None = None  # exploit: the member it copied ...
+    parent_interval: int | None = None  # ... at that member's record of this interval
+    note: str = ""
+
+
+def population_dir(run_dir) -> Path:
+    return Path(run_dir) / POPULATION
+
+
+def lineage_path(run_dir, member: int) -> Path:
+    return population_dir(run_dir) / f"member-{member}.jsonl"
+
+
+def good_rel(rel: str | None) -> bool:
+    """A checkpoint's path inside a member directory: relative, plain names, no '..'."""
+    return bool(rel) and _REL.fullmatch(rel) is not None and ".." not in rel.split("/")
+
+
+def slot(interval: int, parent: int | None = None) -> str:
+    """A member's folder in the workspace for one record: <interval> for its own checkpoint,
+    <interval>-<parent> for a copy of that member's (the two can share a relative path, and a
+    record must keep naming the file it was written for)."""
+    return f"{interval:06d}" if parent is None else f"{interval:06d}-{int(parent)}"
+
+
+SLOT = re.compile(r"\d{6,}(-\d+)?")
+
+
+def saved_path(run_dir, member: int, interval: int, rel: str, parent: int | None = None) -> Path:
+    """Where member's checkpoint of that interval (or its copy of parent's) lies in the
+    workspace (rel checked)."""
+    if not good_rel(rel):
+        raise ValueError(f"not a checkpoint path inside a member's directory: {rel!r}")
+    return population_dir(run_dir) / "checkpoints" / str(member) / slot(interval, parent) / rel
+
+
+def record_path(run_dir, rec: "Record") -> Path:
+    """The workspace file a record with a checkpoint names."""
+    return saved_path(run_dir, rec.member, rec.interval, rec.checkpoint,
+                      rec.parent if rec.event == "exploit" else None)
+
+
+def append(run_dir, rec: Record) -> None:
+    """One line onto the member's own history, whole (O_APPEND, one write), then to disk."""
+    path = lineage_path(run_dir, rec.member)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = msgspec.json.encode(rec) + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _valid(rec: Record, member: int) -> bool:
+    nums = [v for v in (rec.score, rec.time) if v is not None]
+    return (rec.member == member and all(math.isfinite(v) for v in nums)
+            and 0 <= rec.interval < (1 << 40) and (rec.step is None or 0 <= rec.step < (1 << 62))
+            and (rec.parent is None or 0 <= rec.parent < MAX_MEMBERS)
+            and (rec.checkpoint is None or good_rel(rec.checkpoint))
+            and len(rec.params) <= 64 and len(rec.note) <= 1000)
+
+
+def read(run_dir, member: int) -> list[Record]:
+    """Member's history, oldest first; a torn or malformed line is left out (a writer killed
+    mid-line), as is any record that fails its checks. [] when there is none yet."""
+    path = lineage_path(run_dir, member)
+    try:
+        with open_regular(path) as f:
+            data = f.read(MAX_LINEAGE + 1)
+    except FileNotFoundError:
+        return []
+    if len(data) > MAX_LINEAGE:
+        raise Unreadable(0, f"{path} is larger than {MAX_LINEAGE} bytes")
+    out = []
+    for line in data.split(b"\n")[:MAX_RECORDS]:
+        if not line.strip():
+            continue
+        try:
+            rec = msgspec.json.decode(line, type=Record)
+        except msgspec.DecodeError:
+            continue
+        if _valid(rec, member):
+            out.append(rec)
+    return out
+
+
+def read_all(run_dir, members: int) -> dict[int, list[Record]]:
+    return {i: read(run_dir, i) for i in range(min(members, MAX_MEMBERS))}
+
+
+def copy_file(src: Path, dst: Path) -> int:
+    """Copy a regular file (no link followed at either end) to dst through a hidden name in its
+    directory, then rename: a reader of dst sees the whole file or none. Returns its size;
+    Unreadable when src is not a regular file or changed while it was copied."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".{dst.name}.{os.getpid()}.part"
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            raise Unreadable(0, f"{src} is not a regular file")
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                os.write(out, chunk)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+        os.unlink(tmp)
+        raise Unreadable(0, f"{src} changed while it was copied (still being written)")
+    os.replace(tmp, dst)
+    return after.st_size

@@ -1,0 +1,389 @@
+"""One member of a population (search.method pbt): a worker of the study (one allocation of the
+job's shape: a Slurm array task, or a process on the local site) training one run, trials/<i>/.
+
+    python -m hpctrain.search.pbt.member RUN_DIR MEMBER
+
+It starts the job's own launch with the member's values and follows rank 0's progress. Each time
+the step passes an interval, it copies the member's newest settled checkpoint into the workspace
+and records (interval, step, score, values, checkpoint) in its lineage. If its score is then in
+the bottom fraction of the members' newest scores, its ranks are signalled to save and end (as
+on a preemption), the chosen top member's recorded checkpoint is copied into its own directory
+(where the library's resume looks: it is the newest there), its values are explored from that
+member's, and the launch starts again: the library resumes from that checkpoint with the new
+values. Members never wait for one another: each compares with the others' newest records.
+
+A crash restarts the member from its own newest checkpoint with its values, or from a top
+member's when it has none yet; a signal to the member (preemption, cancel) goes on to its ranks,
+which save, and the member's values stay in its lineage for the next start (a requeue of its
+array task, `submit --resume`).
+"""
+from __future__ import annotations
+
+import glob
+import os
+import random
+import subprocess
+import sys
+import time
+
+from ...job.search import max_failures
+from ...rank.end.checkpoints import _SKIP
+from ...rank.records import read_job_failure
+from ..trials import trial_dir, write_trial
+from ..worker import POLL, Worker, log
+from . import explore, lineage
+from .lineage import Record
+
+SETTLE = 1.0  # seconds a checkpoint file stays unchanged before it is taken as whole
+
+
+class Member(Worker):
+    def __init__(self, run_dir: str, index: int):
+        super().__init__(run_dir, index)
+        self.pbt = self.search.pbt
+        self.dir = trial_dir(self.run_dir, index)
+        self.history = lineage.read(self.run_dir, index)
+        seed = self.search.seed
+        # A member's draws are its own, and differ again after each restart of it.
+        self.rng = random.Random(seed * 1_000_003 + index * 10_007 + len(self.history)
+                                 if seed is not None else None)
+        self.patterns: list[str] = []
+        self.stopped = False  # its ranks were ended to copy another member (not a crash)
+
+    # --- records
+    def record(self, event: str, params: dict, **fields) -> Record:
+        rec = Record(member=self.index, event=event, time=time.time(), params=dict(params), **fields)
+        lineage.append(self.run_dir, rec)
+        self.history.append(rec)
+        return rec
+
+    def newest_scores(self, upto: int | None = None) -> dict[int, tuple[float, Record]]:
+        """Every member's newest record with a score and a checkpoint (read from its lineage);
+        with `upto`, its newest at an interval no later than that one. A member compares at its
+        own interval: a metric that grows with training (a return summed so far, a success rate
+        rising) would otherwise rank a member that lost time restarting below ones merely
+        further along, and copying would repeat before its new values could show."""
+        out = {}
+        for m, recs in lineage.read_all(self.run_dir, self.search.parallel).items():
+            if m == self.index:
+                recs = self.history
+            for rec in reversed(recs):
+                if upto is not None and rec.interval > upto:
+                    continue
+                # An exploit record counts too: the member holds that checkpoint and score now
+                # (a copy of it lies in its own workspace).
+                if rec.score is not None and rec.checkpoint and rec.event in ("ready", "end",
+                                                                               "exploit"):
+                    out[m] = (rec.score, rec)
+                    break
+        return out
+
+    # --- checkpoints
+    def settled_checkpoint(self, settle: float = SETTLE) -> str | None:
+        """The member's newest checkpoint unchanged for `settle` seconds (one still being
+        written is left for the next look), as a path inside its directory."""
+        now = time.time()
+        found = []
+        for pattern in self.patterns:
+            full = pattern if os.path.isabs(pattern) else str(self.dir / pattern)
+            for path in glob.glob(full, recursive=True):
+                if _SKIP.search(os.path.basename(path)):
+                    continue
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if os.path.isfile(path) and not os.path.islink(path) and st.st_size > 0 \
+                        and now - st.st_mtime >= settle:
+                    found.append((st.st_mtime_ns, path))
+        for _, path in sorted(found, reverse=True):
+            rel = os.path.relpath(path, self.dir)
+            if lineage.good_rel(rel):
+                return rel
+        return None
+
+    def save_to_workspace(self, interval: int, rel: str) -> bool:
+        try:
+            lineage.copy_file(self.dir / rel, lineage.saved_path(self.run_dir, self.index, interval, rel))
+            self.touch_slot(interval)
+        except (OSError, ValueError) as exc:
+            log(f"checkpoint {rel} not recorded: {exc}")
+            return False
+        self.prune_workspace()
+        return True
+
+    def touch_slot(self, interval: int, parent: int | None = None) -> None:
+        """That slot is this member's newest written (pruning goes by time)."""
+        os.utime(lineage.population_dir(self.run_dir) / "checkpoints" / str(self.index)
+                 / lineage.slot(interval, parent), follow_symlinks=False)
+
+    def prune_workspace(self) -> None:
+        """Keep the `keep` checkpoints of this member written last (others copy only its newest
+        record's). By time, not by interval: a copy of a member behind it lies in an older
+        interval's slot, and is its newest record's all the same."""
+        mine = lineage.population_dir(self.run_dir) / "checkpoints" / str(self.index)
+        slots = [(p.lstat().st_mtime_ns, p) for p in mine.iterdir()
+                 if lineage.SLOT.fullmatch(p.name) and not p.is_symlink()]
+        olds = [p for _, p in sorted(slots)[:-self.pbt.keep]]
+        import shutil
+        for p in olds:
+            shutil.rmtree(p, ignore_errors=True)
+
+    def stage(self, parent: int, rec: Record) -> bool:
+        """Copy member `parent`'s recorded checkpoint into this member's own workspace slot of
+        that interval, while this member's ranks still train: a copy that fails (the parent
+        pruned it meanwhile, a full disk) leaves this member training as it was."""
+        try:
+            lineage.copy_file(lineage.record_path(self.run_dir, rec),
+                              lineage.saved_path(self.run_dir, self.index, rec.interval,
+                                                 rec.checkpoint, parent))
+            self.touch_slot(rec.interval, parent)
+            return True
+        except (OSError, ValueError) as exc:
+            log(f"could not copy member {parent}'s checkpoint: {exc}")
+            return False
+
+    def take(self, rec: Record) -> bool:
+        """The staged checkpoint into this member's directory, at the same place in it, so that
+        it is the newest there: the library's resume takes it."""
+        try:
+            dst = self.dir / rec.checkpoint
+            lineage.copy_file(lineage.saved_path(self.run_dir, self.index, rec.interval,
+                                                 rec.checkpoint, rec.member), dst)
+            os.utime(dst)  # newer than this member's own, whatever the copy kept
+            self.prune_workspace()
+            return True
+        except (OSError, ValueError) as exc:
+            log(f"could not place the copied checkpoint: {exc}")
+            return False
+
+    # --- the loop
+    def current(self) -> dict | None:
+        return dict(self.history[-1].params) if self.history else None
+
+    def stop_leftover_ranks(self, wait: float = 120.0) -> None:
+        """Here (the local site), a member killed -9 leaves its ranks training in its directory:
+        they are asked to save and end (SIGTERM) before this member starts again there, as two
+        trainings in one directory would write over each other's checkpoints. Under a scheduler
+        the killed allocation's processes went with it."""
+        if not self.backend.runs_here:
+            return
+        import signal
+        from ...backends.local import processes_of
+        pids = processes_of(self.dir)
+        if not pids:
+            return
+        log(f"member {self.index}: its previous ranks still run (pids {pids[:8]}); they save "
+            "and end first")
+        deadline, sig = time.time() + wait, signal.SIGTERM
+        while pids:
+            if sig is not None:  # once each: a second SIGTERM could cut a save short
+                for pid in pids:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+                sig = None
+            time.sleep(POLL)
+            if deadline is not None and time.time() > deadline:
+                deadline, sig = None, signal.SIGKILL  # they did not end when asked
+            pids = processes_of(self.dir)
+
+    def run(self) -> int:
+        self.install()
+        self.stop_leftover_ranks()
+        params = self.current()
+        if self.history and self.history[-1].event in ("end", "failed"):
+            log(f"member {self.index} has ended ({self.history[-1].event})")
+            return 0
+        if params is None:
+            params = explore.initial(self.search, self.rng)
+            self.record("start", params)
+        else:
+            log(f"member {self.index} continues with {params} from its newest checkpoint")
+            self.record("restart", params, note="continued (requeue or --resume)")
+        crashes = 0
+        while self.signalled is None:
+            outcome, params = self.segment(params)
+            if outcome == "ended":
+                return 0
+            if outcome == "signalled":
+                return self.after_signal(self.index)
+            if outcome == "exploit":
+                crashes = 0
+                continue
+            crashes += 1  # a crash: "crashed"
+            if crashes >= max_failures(self.search):
+                self.record("failed", params, note=f"{crashes} crashes in a row")
+                log(f"member {self.index}: {crashes} crashes in a row; it stops")
+                return 1
+            time.sleep(SETTLE)  # its ranks have ended: what they wrote last settles now
+            if self.settled_checkpoint() is None:
+                picked = self.copy_a_top_member(params, force=True)
+                if picked is not None:
+                    params = picked
+                    continue
+            self.record("restart", params, note="after a crash, from its newest checkpoint")
+        return self.after_signal(self.index) if self.signalled is not None else 0
+
+    def copy_a_top_member(self, params: dict, force: bool = False, upto: int | None = None,
+                          stop=None) -> dict | None:
+        """Exploit and explore: the new values when this member copied a top member, else None.
+        Members are ranked by their newest scores at intervals up to `upto` (this member's own);
+        it copies one that has reached `upto`, its newest checkpoint (its freshest state, one
+        its pruning keeps, and never behind this member's interval).
+        `stop()` ends this member's running ranks once the copy is staged.
+        force: a member with no checkpoint of its own after a crash copies the best one."""
+        scores = self.newest_scores(upto=upto)
+        newest = self.newest_scores()
+        latest = {m: s for m, (s, _) in scores.items()}
+        # Only a member that reached this member's interval: a copy never takes it back (two
+        # members copying each other's older peak would otherwise never get past it).
+        eligible = {m for m, (_, rec) in newest.items() if upto is None or rec.interval >= upto}
+        if force:
+            others = [m for m in explore.ranked(latest, self.search.direction) if m != self.index]
+            parent = others[0] if others else None
+        else:
+            parent = explore.parent_for(self.index, latest, self.search.parallel,
+                                        self.pbt.fraction, self.search.direction, self.rng,
+                                        eligible)
+        if parent is None:
+            return None
+        rec = newest.get(parent, scores[parent])[1]
+        if not self.stage(parent, rec):
+            return None
+        if stop is not None:
+            stop()  # its ranks save and end, as on a preemption
+        new = explore.explore(self.search, rec.params, self.rng)
+        if not self.take(rec):
+            return None
+        self.record("exploit", new, interval=rec.interval, step=rec.step, score=rec.score,
+                    parent=parent, parent_interval=rec.interval, checkpoint=rec.checkpoint,
+                    note="after a crash with no checkpoint of its own" if force else "")
+        log(f"member {self.index} copies member {parent} (interval {rec.interval}, "
+            f"{self.search.metric} {rec.score}) and continues with {new}")
+        return new
+
+    def clear_progress(self) -> None:
+        """The previous launch's progress records, so that the next one's steps are its own."""
+        for p in (self.dir / "status").glob("progress-*.json"):
+            if p.is_file() and not p.is_symlink():
+                p.unlink(missing_ok=True)
+
+    def segment(self, params: dict) -> tuple[str, dict]:
+        """One launch of the member with `params`, until it ends, crashes, is signalled or
+        copies another member: (outcome, the values it continues with)."""
+        try:
+            script, plan = write_trial(self.run_dir, self.index, self.study_job, params)
+        except Exception as exc:  # a value the job cannot take: a crash of this member
+            log(f"member {self.index}: could not prepare its launch: {exc}")
+            return "crashed", params
+        self.patterns = list(plan.bootstrap.get("checkpoint_patterns") or [])
+        self.clear_progress()
+        self.stopped = False
+        log(f"member {self.index}: {params}")
+        with open(self.dir / "logs" / "job.out", "ab") as out:
+            self.child = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL,
+                                          start_new_session=self.backend.runs_here)
+            new = self.follow_member(params)
+            status = self.child.wait()
+        self.child = None
+        if self.signalled is not None:
+            return "signalled", params
+        if new is not None:
+            return "exploit", new
+        if self.stopped:  # stopped to copy, then the copy could not be placed: it goes on
+            self.record("restart", params, note="a copy failed; from its own newest checkpoint")
+            return "exploit", params
+        if status == 0:
+            self.finish(params)
+            return "ended", params
+        failure = read_job_failure(str(self.dir))
+        cause = failure.message if failure and failure.message else f"exit status {status}"
+        log(f"member {self.index} crashed: {cause[:400]}")
+        return "crashed", params
+
+    def follow_member(self, params: dict) -> dict | None:
+        """Record each interval while the launch runs; the new values when the member copied
+        another (its ranks were signalled to save and end), else None. A member that decided
+        before others reached its interval decides again as each of them reaches it, until it
+        records the next one: a member ahead of the others is compared too, without waiting."""
+        boundary, pending, reached = None, None, set()
+        while self.child.poll() is None:
+            time.sleep(POLL)
+            if self.signalled is not None:
+                continue
+            seen = self.latest(self.dir)
+            if seen is None:
+                continue
+            step, score = seen
+            if boundary is None:  # the first step of this launch (it may resume mid-interval)
+                boundary = (step // self.pbt.interval + 1) * self.pbt.interval
+            if step < boundary:
+                if pending is not None and len(reached) < self.search.parallel:
+                    now = self.reached(pending)
+                    if now - reached:
+                        reached = now
+                        new = self.copy_a_top_member_while_running(params, pending)
+                        if new is not None:
+                            return new
+                continue
+            rel = self.settled_checkpoint()
+            interval = step // self.pbt.interval
+            if rel is None or not self.save_to_workspace(interval, rel):
+                continue  # no whole checkpoint yet: look again
+            boundary = (interval + 1) * self.pbt.interval
+            self.record("ready", params, interval=interval, step=step, score=score, checkpoint=rel)
+            if step >= self.pbt.steps:
+                continue  # its last interval: it ends on its own
+            pending, reached = interval, self.reached(interval)
+            new = self.copy_a_top_member_while_running(params, interval)
+            if new is not None:
+                return new
+        return None
+
+    def reached(self, interval: int) -> set[int]:
+        """The members whose newest record is at `interval` or later."""
+        return {m for m, (_, rec) in self.newest_scores().items() if rec.interval >= interval}
+
+    def copy_a_top_member_while_running(self, params: dict, interval: int) -> dict | None:
+        import signal
+
+        def stop():
+            self.stopped = True
+            self._signal_child(signal.SIGTERM)
+            self.child.wait()
+        return self.copy_a_top_member(params, upto=interval, stop=stop)
+
+    def finish(self, params: dict) -> None:
+        """The launch ended by itself: its final score and checkpoint."""
+        seen = self.latest(self.dir)
+        step, score = seen if seen else (None, None)
+        if seen is None:  # it copied a member that had ended: nothing left to train
+            last = next((r for r in reversed(self.history) if r.score is not None), None)
+            if last is not None:
+                step, score = last.step, last.score
+        interval = (step // self.pbt.interval) if step is not None else 0
+        rel = self.settled_checkpoint(settle=0)  # its ranks have ended: every file is whole
+        # Saved into its own slot of that interval, the one its end record names.
+        if rel is not None and not self.save_to_workspace(interval, rel):
+            rel = None
+        self.record("end", params, interval=interval, step=step, score=score, checkpoint=rel)
+        log(f"member {self.index} ended at step {step}: {self.search.metric} {score}")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or not argv[1].isdigit():
+        print("usage: python -m hpctrain.search.pbt.member RUN_DIR MEMBER", file=sys.stderr)
+        return 2
+    from ...errors import HpctrainError
+    try:
+        return Member(argv[0], int(argv[1])).run()
+    except HpctrainError as exc:
+        log(f"error: {exc.what}" + (f" (fix: {exc.fix})" if exc.fix else ""))
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,135 @@
+"""Population-based training on the local site (issue 42): four members of a program whose best
+learning-rate schedule is known (tests/programs/known_schedule.py: high early, low late) train at
+once; the bottom member copies a top member's checkpoint and continues from it with a perturbed
+lr, really (the program resumes from the copied step with the new value), and the population's
+best ends above every one of its starting values kept fixed all along. In the same run: member 1
+crashes once and restarts from its own checkpoint with its values; the population is cancelled
+mid-run and `submit --resume` continues every member from its checkpoint with its values. Real
+processes, torchrun."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+import yaml
+
+from tests.conftest import ROOT, submitted
+from tests.programs.known_schedule import fixed
+
+STEPS = 40
+JOB = {
+    "name": "pbt", "script": str(ROOT / "tests/programs/known_schedule.py"),
+    "python": sys.executable,
+    "args": ["--lr=0.001", f"--steps={STEPS}", "--step-time=0.5", "--crash-once-in=0001",
+             "--crash-at=2"],
+    "search": {"method": "pbt", "params": {"lr": {"low": 1e-5, "high": 1e-1, "log": True}},
+               "parallel": 4, "seed": 59,
+               "pbt": {"interval": 4, "steps": STEPS, "fraction": 0.5, "factors": [0.1, 10]}},
+}
+
+
+def _lineage(run_dir):
+    return {i: [json.loads(line) for line in
+                (run_dir / "population" / f"member-{i}.jsonl").read_text().splitlines()]
+            for i in range(4)}
+
+
+def _resumed(run_dir, i):
+    path = run_dir / "trials" / f"{i:04d}" / "status" / "resumed.txt"
+    if not path.exists():
+        return []
+    return [(int(a), float(b)) for a, b in (line.split() for line in path.read_text().splitlines())]
+
+
+def _wait(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_population_copies_perturbs_and_beats_its_fixed_values(cli, tmp_path):
+    path = tmp_path / "pop.yaml"
+    path.write_text(yaml.safe_dump(JOB))
+    _, run_dir = submitted(cli("submit", path, "--site", "local").stdout)
+
+    # Cancelled once every member has recorded step 12: each member's ranks end (its newest
+    # checkpoint stays), and its values stay its newest record's.
+    def at_12():
+        try:
+            return all(any((r.get("step") or 0) >= 12 for r in recs)
+                       for recs in _lineage(run_dir).values())
+        except (OSError, ValueError):
+            return False
+    _wait(at_12, 180, "every member at step 12")
+    cli("cancel", run_dir.name)
+    _wait(lambda: (run_dir / "status" / "exit_code").exists(), 60, "the population's end")
+    before = _lineage(run_dir)
+    assert not any(recs[-1]["event"] == "end" for recs in before.values()), before
+    launched = {i: len(_resumed(run_dir, i)) for i in range(4)}
+    cli("submit", "--resume", run_dir.name, "--wait", timeout=300)
+    lineage = _lineage(run_dir)
+
+    starts = [recs[0]["params"]["lr"] for recs in lineage.values()]
+    assert [recs[0]["event"] for recs in lineage.values()] == ["start"] * 4
+    assert all(recs[-1]["event"] == "end" for recs in lineage.values()), lineage
+
+    # The resume: each member's first record after the cancel continues with its values, and
+    # its program's next start resumed from a checkpoint (not step 1) with them.
+    for i, recs in lineage.items():
+        again = recs[len(before[i])]
+        assert again["event"] == "restart" and again["params"] == before[i][-1]["params"], again
+        step, lr = _resumed(run_dir, i)[launched[i]]
+        assert step > 1 and lr == again["params"]["lr"], (_resumed(run_dir, i), again)
+
+    # Member 1's crash, in its first launch (at step 2, before any member decides, so that no
+    # copy stops it first): it restarted from its own newest checkpoint (the step it crashed at
+    # is the first it trains again) with the values it had.
+    crashed_at = int((run_dir / "trials" / "0001" / "status" / "crashed-at").read_text())
+    crash = [r for r in lineage[1] if r["event"] == "restart" and "after a crash" in r["note"]]
+    assert len(crash) == 1, lineage[1]
+    assert (crashed_at, crash[0]["params"]["lr"]) in _resumed(run_dir, 1), _resumed(run_dir, 1)
+
+    # Copies happened: each took its parent's recorded values times 0.1 or 10 (kept in the
+    # space), and the member's program resumed from the copied step with that new lr.
+    copies = [(i, r) for i, recs in lineage.items() for r in recs if r["event"] == "exploit"]
+    assert copies, lineage
+    for i, r in copies:
+        # (the parent's record of that interval it read: the parent may have written another
+        # one, a copy of its own, in the meantime)
+        parents = [p["params"]["lr"] for p in lineage[r["parent"]]
+                   if p.get("interval", 0) == r["parent_interval"]
+                   and p["event"] in ("ready", "end", "exploit")]
+        assert any(math.isclose(r["params"]["lr"], min(max(lr * f, 1e-5), 1e-1))
+                   for lr in parents for f in (0.1, 10)), (r, parents)
+        assert any(lr == r["params"]["lr"] for _, lr in _resumed(run_dir, i)), r
+
+    # The population's best beats every value it started from, kept fixed all along.
+    st = json.loads(cli("status", run_dir.name, "--json").stdout)["population"]
+    best = st["best"]
+    assert best["score"] > max(fixed(lr, STEPS) for lr in starts) + 0.1, (best, starts, [
+        [(r["event"], r.get("step"), round(r.get("score") or 0, 1), r["params"]["lr"], r.get("parent"))
+         for r in recs] for recs in lineage.values()])
+    assert best["score"] == max(recs[-1]["score"] for recs in lineage.values())
+    # Its final checkpoint is in the workspace, and its schedule is there to take.
+    saved = json.loads(open(best["checkpoint"]).read())
+    assert saved["step"] == STEPS and math.isclose(saved["quality"], best["score"])
+    assert st["schedule"] and st["schedule"][-1]["params"]["lr"] == best["params"]["lr"]
+    text = cli("status", run_dir.name).stdout
+    assert f"best: member {best['member']}" in text and "schedule:" in text, text
+    assert cli("plot", run_dir.name).stdout.strip().endswith("population.png")
+    # list, report and the Python handle read it as a population, not an empty Optuna study.
+    listed = cli("list").stdout
+    assert f"best {best['score']:.4g} member {best['member']}" in listed, listed
+    row = [d for d in json.loads(cli("list", "--json").stdout) if d["run_id"] == run_dir.name]
+    assert row[0]["population"]["best"]["member"] == best["member"], row
+    report = cli("report", run_dir.name).stdout
+    assert report.count(" GPU-h ") == 4 and "member    1 ended" in report, report
+    import hpctrain
+    found = hpctrain.Study(run_dir.name).best()
+    assert (found.member, found.score, found.checkpoint) == (
+        best["member"], best["score"], best["checkpoint"]) and found.schedule

@@ -1,0 +1,81 @@
+"""Population-based training on the real local Slurm cluster (issue 42, item 6): a population of
+4 is one job array (each member an array task of 1 node) training tests/programs/known_schedule.py
+(best lr high early, low late); members copy top members' checkpoints and perturb their lr,
+member 2 is requeued mid-run with `scontrol requeue` and continues from its own checkpoint with
+the values it had. (That the population's best beats every starting value kept fixed is the
+local test's claim, tests/local/test_pbt_local.py, with the same program and rules: here a
+member's restart takes ~4 s, 8 of these 0.5 s steps, so a copy's late start left it to luck in
+a run this short.)"""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+
+import yaml
+
+from tests.conftest import submitted, wait_for_job
+from tests.local.test_pbt_local import JOB as LOCAL_JOB
+
+STEPS = 40
+JOB = dict(LOCAL_JOB, name="pbt4", resources={"nodes": 1, "procs_per_node": 1, "time": "00:10:00"},
+           args=["--lr=0.001", f"--steps={STEPS}", "--step-time=0.5"])
+
+
+def _lineage(run_dir):
+    out = {}
+    for i in range(4):
+        path = run_dir / "population" / f"member-{i}.jsonl"
+        out[i] = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return out
+
+
+def test_a_population_of_array_tasks_copies_and_a_requeued_member_continues(cli, cluster,
+                                                                            tmp_path):
+    path = tmp_path / "pop.yaml"
+    path.write_text(yaml.safe_dump(JOB))
+    job_id, run_dir = submitted(cli("submit", path, "--site", cluster).stdout)
+
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        mine = _lineage(run_dir)[2]
+        if any((r.get("step") or 0) >= 8 for r in mine):
+            break
+        time.sleep(0.3)
+    else:
+        raise AssertionError(f"member 2 never reached step 8: {_lineage(run_dir)}")
+    before = len(_lineage(run_dir)[2])
+    subprocess.run(["scontrol", "requeue", f"{job_id}_2"], check=True)
+
+    wait_for_job(job_id, timeout=400)
+    lineage = _lineage(run_dir)
+    assert all(recs and recs[-1]["event"] == "end" for recs in lineage.values()), lineage
+
+    # The requeued member: its next start continues with the values of its newest record
+    # before the requeue, and its program resumed from its own checkpoint past step 8.
+    again = [r for r in lineage[2][before - 1:] if r["event"] == "restart"
+             and r["note"].startswith("continued")]
+    assert again, lineage[2]
+    kept = [r for r in lineage[2] if r["time"] < again[0]["time"]][-1]["params"]
+    assert again[0]["params"] == kept
+    resumed = [line.split() for line in (run_dir / "trials" / "0002" / "status" / "resumed.txt")
+               .read_text().splitlines()]
+    assert any(int(step) > 8 and float(lr) == kept["lr"] for step, lr in resumed), resumed
+
+    # Copies and perturbations happened.
+    copies = [r for recs in lineage.values() for r in recs if r["event"] == "exploit"]
+    assert copies, lineage
+    for r in copies:
+        # (the parent's record of that interval it read: the parent may have written another
+        # one, a copy of its own, in the meantime)
+        parents = [p["params"]["lr"] for p in lineage[r["parent"]]
+                   if p.get("interval", 0) == r["parent_interval"]
+                   and p["event"] in ("ready", "end", "exploit")]
+        assert any(math.isclose(r["params"]["lr"], min(max(lr * f, 1e-5), 1e-1))
+                   for lr in parents for f in (0.1, 10)), (r, parents)
+
+    # The best member's checkpoint is the one it ended with, in the workspace.
+    st = json.loads(cli("status", run_dir.name, "--json").stdout)["population"]
+    saved = json.loads(open(st["best"]["checkpoint"]).read())
+    assert saved["step"] == STEPS and math.isclose(saved["quality"], st["best"]["score"])
