@@ -163,23 +163,18 @@ echo "tests marked alone: $((SECONDS - t)) s"
 #     session A: tests/slurm (but the files below)
 #     session B: tests/local, then side2_files on the Slurm 24.11 cluster (its clients, through
 #                tests/cluster/release-exec.sh): with session A on 22.05, every command that
-#                parses Slurm's output runs on each release (docs/slurm-releases.md); then
-#                side2_22_files in partition side2 (22.05)
+#                parses Slurm's output runs on each release (docs/slurm-releases.md)
 #     session C: tests/e2e, then tests/ssh, then side_files in partition side
 # The files moved off session A are Slurm tests that name no node of node1..node4 (their node
 # faults, if any, land on the job's own nodes), their jobs sent to their partition by Slurm's own
 # SBATCH_PARTITION (it overrides the job script's #SBATCH --partition; session B's cluster has
 # only its default partition), so that the Slurm tier's serial chain ends with the other sessions.
 side_files=(tests/slurm/test_containers.py tests/slurm/test_operate.py tests/slurm/test_lmod_cluster.py
-    tests/slurm/test_multinode.py tests/slurm/test_hang_culprit.py)
+    tests/slurm/test_multinode.py tests/slurm/test_hang_culprit.py tests/slurm/test_rest.py)
 side2_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tests/slurm/test_notebook.py
     tests/slurm/test_chains.py tests/slurm/test_report.py tests/slurm/test_idle_from_start.py
-    tests/slurm/test_slurm_release.py)
-# test_rest needs the 22.05 cluster's slurmrestd. test_notify stays on 22.05 (partition side2,
-# node8..node9), after the 24.11 files: on 24.11 a job
-# that hpctrain requeued during a preemption's grace time and that restarted within it is
-# requeued once more when it ends (docs/slurm-releases.md, "Known differences").
-side2_22_files=(tests/slurm/test_notify.py tests/slurm/test_rest.py)
+    tests/slurm/test_slurm_release.py tests/slurm/test_notify.py tests/slurm/test_preempt_cap_releases.py)
+# (A real preemption that hpctrain requeues on 22.05: tests/slurm/test_containers.py, session C.)
 t=$SECONDS
 (
     pytest_session local tests/local && rc=0 || rc=$?
@@ -188,10 +183,7 @@ t=$SECONDS
     HPCTRAIN_CLUSTER_SLURM=24.11 RUN_IN="bash tests/cluster/release-exec.sh" \
         pytest_session slurm-24.11 "${side2_files[@]}" && rc_side2=0 || rc_side2=$?
     echo "${side2_files[*]}: $((SECONDS - t_side2)) s (Slurm 24.11, after tests/local)"
-    t_side22=$SECONDS
-    SBATCH_PARTITION=side2 pytest_session slurm-side2 "${side2_22_files[@]}" && rc_side22=0 || rc_side22=$?
-    echo "${side2_22_files[*]}: $((SECONDS - t_side22)) s (partition side2, after the 24.11 files)"
-    exit $((rc || rc_side2 || rc_side22))
+    exit $((rc || rc_side2))
 ) >"${logs}/b.out" 2>&1 &
 b_pid=$!
 (
@@ -208,7 +200,7 @@ b_pid=$!
 c_pid=$!
 session_pids="${b_pid} ${c_pid}"
 pytest_session slurm -m "not alone" "${side_files[@]/#/--ignore=}" "${side2_files[@]/#/--ignore=}" \
-    "${side2_22_files[@]/#/--ignore=}" tests/slurm &&
+    tests/slurm &&
     rc_slurm=0 || rc_slurm=$?
 echo "tests/slurm: $((SECONDS - t)) s"
 wait "${b_pid}" && rc_b=0 || rc_b=$?

@@ -14,7 +14,9 @@ The path of a preemption, an approaching time limit or a cancel, end to end:
    A preemption is different (Slurm's PreemptMode=REQUEUE, no preempt_send_user_signal):
    SIGTERM goes to every task of the job's steps — the ranks and torchrun's agents, not the
    batch shell — then, GraceTime later, SIGTERM to everything and SIGKILL KillWait after that;
-   a job whose batch script ends by itself inside the grace time is NOT requeued by Slurm.
+   a job whose batch script ends by itself inside the grace time is NOT requeued by Slurm 22.05;
+   24.05+ requeues it, and requeues a job that `scontrol requeue` requeued there once more after
+   its next run, so there the script ends and lets Slurm requeue (docs/slurm-releases.md).
    A user's `scancel` sends SIGTERM to everything at once and marks the job cancelled.
 2. Every rank takes SIGTERM and SIG alike as "save now" (rank/end/stop.py): it writes
    status/stop-R.json and sets a flag. With the library's train hooks (rl_games, rsl_rl, skrl,

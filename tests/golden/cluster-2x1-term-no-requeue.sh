@@ -80,11 +80,38 @@ no_spare() {  # NODES
   echo "no node can take the place of $1: partition $parts has $usable usable node(s) besides those left out ($left), the job needs $need"
 }
 
+# Whether Slurm requeues this job itself when this script ends during a preemption's grace time:
+# from 24.05 on (NEWS 24.05.0rc1, "assume that job signalled for GraceTime was preempted") with
+# PreemptMode=REQUEUE it does, whatever the exit status. A `scontrol requeue` there would leave
+# that mark on the job (slurmctld clears it only on its own requeue): its next run would be
+# requeued once more when it ends, and run again (docs/slurm-releases.md). 22.05 does not.
+slurm_requeues_preempted() {
+  local version mode
+  version=$(scontrol show config 2>/dev/null | sed -n 's/^SLURM_VERSION *= *\([0-9]*\)\.\([0-9]*\)\..*/\1 \2/p') || return 1
+  [[ "$version" =~ ^([0-9]{1,4})\ ([0-9]{1,4})$ ]] || return 1
+  (( 10#${BASH_REMATCH[1]} * 100 + 10#${BASH_REMATCH[2]} >= 2405 )) || return 1
+  mode=$(scontrol -o show partition "${SLURM_JOB_PARTITION%%,*}" 2>/dev/null | grep -o ' PreemptMode=[^ ]*' | cut -d= -f2) || return 1
+  [[ ",$mode," == *,REQUEUE,* ]]
+}
+
+# Before ending a preempted job for good: Slurm 24.05+ would requeue it anyway (above) unless
+# it is no longer requeueable.
+keep_ended() {  # VIEW
+  [[ "$1" == preempted ]] || return 0
+  scontrol update JobId="$JOB_REF" Requeue=0 >/dev/null 2>&1 || log "preemption: could not make job $JOB_REF non-requeueable; Slurm 24.05+ may requeue it"
+}
+
 # Requeue now, leaving NODES (comma-separated) out of the next allocation. Slurm ends this
 # shell at once; a job's ExcNodeList can change only while it is pending, so with nodes to
 # leave out it is requeued held, changed, released — those three with the signals ignored.
+# During a preemption on Slurm 24.05+, Slurm requeues the job when this script ends: it ends.
 requeue_job() {  # [NODES]
   local nodes=${1:-} out all
+  if [[ "$(job_view)" == preempted ]] && slurm_requeues_preempted; then
+    [[ -z "$nodes" ]] || log "preemption: $nodes not left out: Slurm requeues this preempted job itself, and a job's ExcNodeList changes only while it is pending"
+    log "preemption: ending this run; Slurm requeues job $JOB_REF itself (Slurm 24.05+, PreemptMode=REQUEUE)"
+    exit 0
+  fi
   if [[ -z "$nodes" ]]; then
     out=$(scontrol requeue "$JOB_REF" 2>&1) || { record_failure requeue 75 "scontrol requeue $JOB_REF failed: $out"; die "scontrol requeue $JOB_REF failed: $out"; }
   else
@@ -103,6 +130,7 @@ requeue_or_end() {  # VIEW
   [[ "$1" != preempted ]] || why="preempted by the scheduler"
   record_failure preempted 75 "$why; requeue is off (preemption.requeue: false): hpctrain submit --resume $RUN_DIR continues it"
   log "preemption: not requeueing: preemption.requeue is false"
+  keep_ended "$1"
   exit 75
 }
 
@@ -127,6 +155,7 @@ requeue_after_failure() {
     after_signal "$view"
   fi
   log "recovery: not requeueing: preemption.requeue is false"
+  keep_ended "$view"
 }
 
 # --- preemption and SIGTERM (hpctrain/job/preemption.py) ---------------------------------------
