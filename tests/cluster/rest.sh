@@ -46,13 +46,15 @@ ensure_rest() {
     pid_alive "${pidfile}" slurmrestd && return 0
     mkdir -p "${REST_DIR}"
     # detached (accounting.sh): no inherited descriptor, or slurmrestd would hold the caller's
-    # /run/hpctrain-cluster.lock for its life. The shell writes its own pid, then it, env,
-    # setsid (no group leader: it does not fork) and setpriv exec in turn: slurmrestd's pid.
+    # locks (/run/hpctrain-cluster.lock, up.sh's state lock) for its life; and no `&`: a
+    # background job's shell would stay, holding them, as slurmrestd's parent. setsid -f forks
+    # the new session and returns at once; in it the shell writes its own pid, then it, env
+    # and setpriv exec in turn: the pid file holds slurmrestd's pid.
     # shellcheck disable=SC2016 # $$ and $@ are that shell's
-    detached bash -c 'echo "$$" >"$0" && exec "$@"' "${pidfile}" "${DAEMON_ENV[@]}" SLURM_JWT=daemon \
-        setsid setpriv --reuid="${REST_USER}" --regid=nogroup --clear-groups /usr/sbin/slurmrestd \
-        -f "${CONF}" -a rest_auth/jwt -s openapi/v0.0.38 "127.0.0.1:${REST_PORT}" \
-        </dev/null >>"${REST_DIR}/slurmrestd.log" 2>&1 &
+    detached "${DAEMON_ENV[@]}" setsid -f bash -c 'echo "$$" >"$0" && exec "$@"' "${pidfile}" \
+        env SLURM_JWT=daemon setpriv --reuid="${REST_USER}" --regid=nogroup --clear-groups \
+        /usr/sbin/slurmrestd -f "${CONF}" -a rest_auth/jwt -s openapi/v0.0.38 "127.0.0.1:${REST_PORT}" \
+        </dev/null >>"${REST_DIR}/slurmrestd.log" 2>&1
     local tries=50
     while ((tries-- > 0)); do
         if (exec 3<>"/dev/tcp/127.0.0.1/${REST_PORT}") 2>/dev/null; then
