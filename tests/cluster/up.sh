@@ -556,7 +556,7 @@ ssh_config=$(render_ssh_config)
 summary() {
     local side=
     ((SIDE == 0)) || side=", side ${side_lists[*]}"
-    echo "up.sh: ${CLUSTER} (Slurm ${SLURM_RELEASE}) $1: ${NODES} nodes (${node_list})${side}, sshd on ${ssh_machines[*]}, ctld ${HOST_IP}; $2 $(elapsed) s"
+    echo "up.sh: ${CLUSTER} (Slurm ${SLURM_RELEASE}) $1: ${NODES} nodes (${node_list})${side}, sshd on ${ssh_machines[*]:-no machine}, ctld ${HOST_IP}; $2 $(elapsed) s"
 }
 
 # Fast path: nothing to do but the cheap repairs.
