@@ -651,11 +651,15 @@ def test_lmod_under_set_euo_pipefail_facts(cluster, tmp_path):
 
 
 def _leftovers() -> list[str]:
+    """What the 22.05 cluster's down.sh must remove (the 24.11 cluster's names, hpct1*,
+    /run/hpctrain-localcluster-24.11, its own hosts block, are another cluster's, running)."""
     found = [f"netns {p.name}" for p in Path("/run/netns").glob("hpct-*")] if Path("/run/netns").exists() else []
-    found += [f"link {p.name}" for p in Path("/sys/class/net").glob("hpct*")]
-    found += [f"mount {line.split()[4]}" for line in Path("/proc/self/mountinfo").read_text().splitlines()
-              if "/run/hpctrain-localcluster" in line.split()[4]]
-    if "# BEGIN hpctrain-localcluster" in Path("/etc/hosts").read_text():
+    found += [f"link {p.name}" for p in Path("/sys/class/net").glob("hpct*")
+              if p.name == "hpct0" or p.name.startswith("hpct-")]
+    found += [f"mount {mnt}" for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if (mnt := line.split()[4]) == "/run/hpctrain-localcluster"
+              or mnt.startswith("/run/hpctrain-localcluster/")]
+    if "# BEGIN hpctrain-localcluster" in Path("/etc/hosts").read_text().splitlines():
         found.append("hosts block")
     found += [f"pid file {p.name}" for p in (STATE_DIR / "run").glob("*.pid")]
     return found
