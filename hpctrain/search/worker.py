@@ -330,13 +330,14 @@ class Worker:
 
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], kind: type[Worker] = Worker, module: str = "hpctrain.search.worker") -> int:
+    """`python -m MODULE RUN_DIR INDEX`: one worker of the study (a PBT member: kind=Member)."""
     if len(argv) != 2 or not argv[1].isdigit():
-        print("usage: python -m hpctrain.search.worker RUN_DIR WORKER", file=sys.stderr)
+        print(f"usage: python -m {module} RUN_DIR WORKER", file=sys.stderr)
         return 2
     from ..errors import HpctrainError
     try:
-        return Worker(argv[0], int(argv[1])).run()
+        return kind(argv[0], int(argv[1])).run()
     except HpctrainError as exc:
         log(f"error: {exc.what}" + (f" (fix: {exc.fix})" if exc.fix else ""))
         return 2

@@ -31,6 +31,7 @@ from ...rank.end.checkpoints import _SKIP
 from ...rank.records import read_job_failure
 from ..trials import trial_dir, write_trial
 from ..worker import POLL, Worker, log
+from ..worker import main as worker_main
 from . import explore, lineage
 from .lineage import Record
 
@@ -374,15 +375,7 @@ class Member(Worker):
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or not argv[1].isdigit():
-        print("usage: python -m hpctrain.search.pbt.member RUN_DIR MEMBER", file=sys.stderr)
-        return 2
-    from ...errors import HpctrainError
-    try:
-        return Member(argv[0], int(argv[1])).run()
-    except HpctrainError as exc:
-        log(f"error: {exc.what}" + (f" (fix: {exc.fix})" if exc.fix else ""))
-        return 2
+    return worker_main(argv, Member, "hpctrain.search.pbt.member")
 
 
 if __name__ == "__main__":
