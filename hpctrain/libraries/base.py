@@ -116,13 +116,14 @@ class Adapter:
 
         Placeholders (str.format): {checkpoint} the checkpoint's absolute path, {name} its file
         name, {dir} its directory's absolute path, {dirname} that directory's name, {parent} the
-        directory above it. If the first element is an option already on the command line (as
+        directory above it; {name_re} and {dirname_re}: those names as regular expressions that
+        match them alone from the start (escaped, then $), for an option read as a regex. If the first element is an option already on the command line (as
         `--opt value` or `--opt=value`), the bootstrap replaces that option's value with the
         second element; every other element is appended (flags already present are not
         repeated). Examples:
             rl-games:  ["--checkpoint", "{checkpoint}"]
             skrl:      ["--checkpoint", "{checkpoint}"]
-            rsl-rl:    ["--resume", "--load_run", "{dirname}", "--checkpoint", "{name}"]
+            rsl-rl:    ["--resume", "--load_run", "{dirname_re}", "--checkpoint", "{name_re}"]
         """
         return list(self.resume_template)
 

@@ -18,9 +18,11 @@ class RslRl(IsaacLabAdapter):
     checkpoint_globs = ("checkpoints/model_*.pt",)
     resume_template = ("--checkpoint", "{checkpoint}")
     # Isaac Lab: logs/rsl_rl/<experiment>/<timestamp>[_<run name>]/model_<iter>.pt. Its
-    # --load_run is a run-directory regex and --checkpoint a file-name regex under logs/rsl_rl/.
+    # --load_run is a run-directory regex and --checkpoint a file-name regex under logs/rsl_rl/,
+    # each matched from the start of a name (re.match): given exactly, escaped and anchored.
     isaaclab_checkpoint_globs = ("logs/rsl_rl/*/*/model_*.pt",)
-    isaaclab_resume_template = ("--resume", "--load_run", "{dirname}", "--checkpoint", "{name}")
+    isaaclab_resume_template = ("--resume", "--load_run", "{dirname_re}", "--checkpoint",
+                                "{name_re}")
 
     def check(self, spec, site, where):
         warnings = super().check(spec, site, where)

@@ -17,6 +17,7 @@ import yaml
 
 from tests.conftest import submitted, wait_for_job
 from tests.local.test_pbt_local import JOB as LOCAL_JOB
+from tests.programs.known_schedule import fixed
 
 STEPS = 40
 JOB = dict(LOCAL_JOB, name="pbt4", resources={"nodes": 1, "procs_per_node": 1, "time": "00:10:00"},
@@ -79,3 +80,8 @@ def test_a_population_of_array_tasks_copies_and_a_requeued_member_continues(cli,
     st = json.loads(cli("status", run_dir.name, "--json").stdout)["population"]
     saved = json.loads(open(st["best"]["checkpoint"]).read())
     assert saved["step"] == STEPS and math.isclose(saved["quality"], st["best"]["score"])
+    starts = [recs[0]["params"]["lr"] for recs in lineage.values()]
+    print("BEST", st["best"]["score"], "FIXED", max(fixed(lr, STEPS) for lr in starts), starts)
+    print([[(r["event"], r.get("step"), round(r.get("score") or 0, 1), r["params"]["lr"], r.get("parent"))
+            for r in recs] for recs in lineage.values()])
+    assert st["best"]["score"] > max(fixed(lr, STEPS) for lr in starts) + 0.1

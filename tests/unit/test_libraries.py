@@ -207,7 +207,8 @@ def test_resume_data_per_library(home):
     assert (a.checkpoint_patterns(own), a.resume_args(own)) == (["checkpoints/model_*.pt"],
                                                                 ["--checkpoint", "{checkpoint}"])
     assert a.checkpoint_patterns(isaac) == ["logs/rsl_rl/*/*/model_*.pt"]
-    assert a.resume_args(isaac) == ["--resume", "--load_run", "{dirname}", "--checkpoint", "{name}"]
+    assert a.resume_args(isaac) == ["--resume", "--load_run", "{dirname_re}", "--checkpoint",
+                                  "{name_re}"]
     for lib in ("rl_games", "skrl", "skrl_jax"):
         assert adapter(lib).resume_args(isaac_job(lib, 1).spec) == ["--checkpoint", "{checkpoint}"]
 

@@ -264,11 +264,15 @@ def test_an_isaaclab_rsl_rl_member_resumes_from_a_copied_run_directory(tmp_path)
     population(tmp_path)
     m = member(tmp_path, 3)
     m.patterns = list(RslRl.isaaclab_checkpoint_globs)
-    own = m.dir / "logs" / "rsl_rl" / "cartpole" / "2026-01-01_10-00-09"
-    own.mkdir(parents=True)
-    for it in (0, 50, 100):
-        (own / f"model_{it}.pt").write_bytes(b"own")
-        os.utime(own / f"model_{it}.pt", (T, T))
+    # Its own runs: a newer one, and one whose name starts with the copy's (Isaac Lab appends
+    # "_<run name>" to the time; --load_run is matched from the start of a name and the last
+    # match in alphabetical order wins), each with the copy's iteration among its own.
+    for name in ("2026-01-01_10-00-09", "2026-01-01_10-00-05_b"):
+        own = m.dir / "logs" / "rsl_rl" / "cartpole" / name
+        own.mkdir(parents=True)
+        for it in (0, 50, 60, 100):
+            (own / f"model_{it}.pt").write_bytes(b"own")
+            os.utime(own / f"model_{it}.pt", (T, T))
     rel = "logs/rsl_rl/cartpole/2026-01-01_10-00-05/model_60.pt"
     saved = lineage.saved_path(tmp_path, 0, 6, rel)
     saved.parent.mkdir(parents=True)
@@ -280,11 +284,14 @@ def test_an_isaaclab_rsl_rl_member_resumes_from_a_copied_run_directory(tmp_path)
     assert found == str(m.dir / rel)  # the newest, though its iteration is lower
     argv = resume_argv(["scripts/train.py", "--task", "Isaac-Cartpole-v0"],
                        list(RslRl.isaaclab_resume_template), found)
-    assert argv[-5:] == ["--resume", "--load_run", "2026-01-01_10-00-05", "--checkpoint",
-                         "model_60.pt"], argv
-    got = _isaaclab_get_checkpoint_path(str(m.dir / "logs" / "rsl_rl" / "cartpole"),
-                                        argv[-3], argv[-1])
+    assert argv[-5:] == ["--resume", "--load_run", r"2026\-01\-01_10\-00\-05$", "--checkpoint",
+                         r"model_60\.pt$"], argv
+    logs = str(m.dir / "logs" / "rsl_rl" / "cartpole")
+    got = _isaaclab_get_checkpoint_path(logs, argv[-3], argv[-1])
     assert open(got, "rb").read() == b"parent's weights"
+    # The names as they are, read as regexes from the start, would take the member's own run.
+    wrong = _isaaclab_get_checkpoint_path(logs, "2026-01-01_10-00-05", "model_60.pt")
+    assert wrong.endswith("2026-01-01_10-00-05_b/model_60.pt")
 
 
 def test_a_copy_of_a_member_behind_is_kept_as_the_newest(tmp_path):

@@ -22,6 +22,7 @@ import atexit
 import faulthandler
 import glob
 import os
+import re
 import runpy
 import signal
 import socket
@@ -195,8 +196,13 @@ def apply_collective_timeout(seconds: int) -> None:
 def resume_argv(argv: list[str], template: list[str], checkpoint: str) -> list[str]:
     """argv with the library's resume option (see libraries/base.py, resume_args)."""
     d = os.path.dirname(checkpoint)
-    values = {"checkpoint": checkpoint, "name": os.path.basename(checkpoint), "dir": d,
-              "dirname": os.path.basename(d), "parent": os.path.dirname(d)}
+    name, dirname = os.path.basename(checkpoint), os.path.basename(d)
+    # *_re: for an option the library reads as a regular expression matched from the start of
+    # a name (Isaac Lab's --load_run, --checkpoint): that name exactly, so that a run folder
+    # whose name extends this one ("<time>_<run name>", a PBT copy's neighbour) never matches.
+    values = {"checkpoint": checkpoint, "name": name, "dir": d, "dirname": dirname,
+              "parent": os.path.dirname(d), "name_re": re.escape(name) + "$",
+              "dirname_re": re.escape(dirname) + "$"}
     words = [w.format(**values) for w in template]
     out = list(argv)
     if words and words[0].startswith("-"):
