@@ -8,6 +8,12 @@ import re
 _SKIP = re.compile(r"(^\.|\.(tmp|part|partial)$)")
 
 
+def being_written(name: str) -> bool:
+    """A file name a checkpoint has while it is written (hidden, *.tmp, *.part, *.partial):
+    never taken as a checkpoint."""
+    return bool(_SKIP.search(name))
+
+
 def _natural(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
@@ -20,7 +26,7 @@ def find_checkpoint(run_dir: str, patterns: list[str]) -> str | None:
         found.update(glob.glob(full, recursive=True))
     best, best_key = None, None
     for path in found:
-        if _SKIP.search(os.path.basename(path)):
+        if being_written(os.path.basename(path)):
             continue
         try:
             st = os.stat(path)

@@ -27,7 +27,7 @@ import sys
 import time
 
 from ...job.search import max_failures
-from ...rank.end.checkpoints import _SKIP
+from ...rank.end.checkpoints import being_written
 from ...rank.records import read_job_failure
 from ..trials import trial_dir, write_trial
 from ..worker import POLL, Worker, log
@@ -88,7 +88,7 @@ class Member(Worker):
         for pattern in self.patterns:
             full = pattern if os.path.isabs(pattern) else str(self.dir / pattern)
             for path in glob.glob(full, recursive=True):
-                if _SKIP.search(os.path.basename(path)):
+                if being_written(os.path.basename(path)):
                     continue
                 try:
                     st = os.lstat(path)
