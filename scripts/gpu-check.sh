@@ -184,6 +184,10 @@ def pbt(path, device):
         where = "on cuda (" + ", ".join(used) + ")"
     b = (f"best: member {best['member']}, {pop['metric']} {best['score']:.4g} at step {best['step']}"
          if best else "no best member")
+    # a member's launch that the health gate refused (each one sees the other's memory on one GPU)
+    refused = [open(f, errors="replace").read(400) for f in
+               glob.glob(os.path.join(st["run"]["path"], "trials", "*", "status", "preflight-failed-*.txt"))]
+    b += "".join(f"; refused: {r}" for r in refused[:2])
     ends = ", ".join(f"member {m['member']} {m['state']} at step {m['step']}" for m in members)
     copies = pop.get("copies", 0)
     return good, (f"{state}, {len(members)} members {where}; {copies} cop{'y' if copies == 1 else 'ies'}; "
@@ -320,6 +324,11 @@ time.sleep(600)' "$WORK/held" >"$WORK/holder.log" 2>&1 &
   fi
   kill "$HOLDER" 2>/dev/null
   wait "$HOLDER" 2>/dev/null
+  for (( i = 0; i < 60; i++ )); do  # until the driver gave its memory back: the next jobs' gates
+    USED=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | sort -n | tail -n 1)
+    if [[ ! $USED =~ ^[0-9]+$ ]] || (( USED < 1024 )); then break; fi
+    sleep 0.5
+  done
 else
   row foreign cpu "no GPU to hold"
 fi
