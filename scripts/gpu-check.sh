@@ -35,7 +35,7 @@
 #             each member's rank on cuda:0), ending with a best member
 # and prints one table: check | result | detail. Where no CUDA is usable (no nvidia-smi, no GPU,
 # or a torch without CUDA) everything runs on the CPU, and the table says so; the checks that
-# need a GPU (health, foreign, idle) are then `cpu` rows (their logic is tested against a
+# need a GPU (health, foreign, idle, pbt) are then `cpu` rows (their logic is tested against a
 # stand-in nvidia-smi: tests/local/test_health_local.py, test_report_local.py). Exit status 0
 # when every check passed.
 #
@@ -465,7 +465,11 @@ else
 fi
 
 # --- pbt: a population of rsl_rl members, at once --------------------------------------------------
-if "$PYTHON" -c "import rsl_rl" >/dev/null 2>&1; then
+if [[ $DEVICE != cuda ]]; then
+  # On the CPU a population is what hpctrain's own tests train (tests/local/test_pbt_*.py);
+  # what is in question here is members sharing a GPU.
+  row pbt cpu "members sharing a GPU need one: on the CPU, see tests/local/test_pbt_library_local.py"
+elif "$PYTHON" -c "import rsl_rl" >/dev/null 2>&1; then
   # 12 iterations, a decision every 4; --sleep lets a member's reports be seen before it ends.
   PBT=(--set search.pbt.steps=12
        --set 'args=[--updates,12,--save-interval,2,--num-envs,8,--steps,50,--sleep,0.2,--entropy-coef=0.01]')
