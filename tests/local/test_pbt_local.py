@@ -94,6 +94,15 @@ def test_a_population_copies_perturbs_and_beats_its_fixed_values(cli, tmp_path):
     assert len(crash) == 1, lineage[1]
     assert (crashed_at, crash[0]["params"]["lr"]) in _resumed(run_dir, 1), _resumed(run_dir, 1)
 
+    # A member is judged again only past the interval it copied, once its new values trained,
+    for recs in lineage.values():
+        for r, after in zip(recs, recs[1:]):
+            if r["event"] == "exploit" and after["event"] == "ready":
+                assert after["interval"] > r["interval"], (r, after)
+        # and copies nobody once its training is done
+        done = [k for k, r in enumerate(recs) if r["event"] == "ready" and r["step"] >= STEPS]
+        assert not done or all(r["event"] != "exploit" for r in recs[done[0]:]), recs
+
     # Copies happened: each took its parent's recorded values times 0.1 or 10 (kept in the
     # space), and the member's program resumed from the copied step with that new lr.
     copies = [(i, r) for i, recs in lineage.items() for r in recs if r["event"] == "exploit"]

@@ -23,7 +23,7 @@ from hpctrain.runs.records import Run, add_to_index
 from hpctrain.schema.spec import Search
 from hpctrain.search.pbt import cost, explore, lineage
 from hpctrain.search.pbt.lineage import Record
-from hpctrain.search.pbt.member import Member
+from hpctrain.search.pbt.member import Member, first_boundary
 from hpctrain.search.trials import write_study_job
 
 RUN_ID = "20260101-120000-pb01"
@@ -45,7 +45,7 @@ def member(run_dir, index: int) -> Member:
     m.history = lineage.read(run_dir, index)
     m.rng = random.Random(index)
     m.patterns = ["checkpoints/*.json"]
-    m.stopped, m.signalled, m.child = False, None, None
+    m.stopped, m.signalled, m.child, m.copied = False, None, None, None
     m.backend, m.requeue, m.max_requeues, m.job = LocalBackend(), False, 3, "local-1"
     m.install = lambda: None  # no handlers in the test's own process: signals come as outcomes
     return m
@@ -349,3 +349,22 @@ def test_a_member_that_copied_an_ended_one_ends_with_that_checkpoint(tmp_path):
     end = lineage.read(tmp_path, 3)[-1]
     assert (end.event, end.interval, end.step, end.score) == ("end", 10, 40, 30.0)
     assert json.loads(lineage.record_path(tmp_path, end).read_text()) == {"step": 40}
+
+
+@pytest.mark.parametrize("step, copied, boundary", [
+    (1, None, 4), (3, None, 4), (4, None, 8), (9, None, 12),   # the next boundary
+    (21, 5, 24), (19, 5, 24), (17, 4, 20), (16, 3, 20),  # a whole interval after the copy
+    (9, 5, 24),  # a checkpoint far behind its record: never judged again at the copy's interval
+])
+def test_a_launch_from_a_copy_is_judged_after_a_whole_interval(step, copied, boundary):
+    # A member that copied member 0's settled checkpoint of step 18 (recorded at step 20,
+    # interval 5) resumes at step 19: judged at step 20 it would score below member 0's record
+    # of that interval and copy again after one step of its new values (seen on the cluster).
+    assert first_boundary(step, 4, copied) == boundary
+
+
+def test_a_copy_is_marked_for_the_next_launch(tmp_path):
+    population(tmp_path)
+    m = member(tmp_path, 3)
+    assert m.copy_a_top_member({"lr": 1e-5}, upto=2) is not None
+    assert m.copied == m.history[-1].interval and m.history[-1].event == "exploit"

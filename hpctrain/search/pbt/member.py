@@ -50,6 +50,9 @@ class Member(Worker):
                                  if seed is not None else None)
         self.patterns: list[str] = []
         self.stopped = False  # its ranks were ended to copy another member (not a crash)
+        # The interval of the checkpoint its next launch starts from, when that is a copy of
+        # another member's (with new values); else None.
+        self.copied: int | None = None
 
     # --- records
     def record(self, event: str, params: dict, **fields) -> Record:
@@ -261,6 +264,7 @@ class Member(Worker):
         self.record("exploit", new, interval=rec.interval, step=rec.step, score=rec.score,
                     parent=parent, parent_interval=rec.interval, checkpoint=rec.checkpoint,
                     note="after a crash with no checkpoint of its own" if force else "")
+        self.copied = rec.interval
         log(f"member {self.index} copies member {parent} (interval {rec.interval}, "
             f"{self.search.metric} {rec.score}) and continues with {new}")
         return new
@@ -282,12 +286,13 @@ class Member(Worker):
         self.patterns = list(plan.bootstrap.get("checkpoint_patterns") or [])
         self.clear_progress()
         self.stopped = False
+        copied, self.copied = self.copied, None
         log(f"member {self.index}: {params}")
         with open(self.dir / "logs" / "job.out", "ab") as out:
             self.child = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL,
                                           start_new_session=self.backend.runs_here)
-            new = self.follow_member(params)
+            new = self.follow_member(params, copied)
             status = self.child.wait()
         self.child = None
         if self.signalled is not None:
@@ -305,11 +310,12 @@ class Member(Worker):
         log(f"member {self.index} crashed: {cause[:400]}")
         return "crashed", params
 
-    def follow_member(self, params: dict) -> dict | None:
+    def follow_member(self, params: dict, copied: int | None = None) -> dict | None:
         """Record each interval while the launch runs; the new values when the member copied
         another (its ranks were signalled to save and end), else None. A member that decided
         before others reached its interval decides again as each of them reaches it, until it
-        records the next one: a member ahead of the others is compared too, without waiting."""
+        records the next one: a member ahead of the others is compared too, without waiting.
+        copied: the interval of the copied checkpoint this launch continues from, if any."""
         boundary, pending, reached = None, None, set()
         while self.child.poll() is None:
             time.sleep(POLL)
@@ -320,7 +326,7 @@ class Member(Worker):
                 continue
             step, score = seen
             if boundary is None:  # the first step of this launch (it may resume mid-interval)
-                boundary = (step // self.pbt.interval + 1) * self.pbt.interval
+                boundary = first_boundary(step, self.pbt.interval, copied)
             if step < boundary:
                 if pending is not None and len(reached) < self.search.parallel:
                     now = self.reached(pending)
@@ -337,7 +343,8 @@ class Member(Worker):
             boundary = (interval + 1) * self.pbt.interval
             self.record("ready", params, interval=interval, step=step, score=score, checkpoint=rel)
             if step >= self.pbt.steps:
-                continue  # its last interval: it ends on its own
+                pending = None  # its training is done: it ends on its own, copying nobody
+                continue
             pending, reached = interval, self.reached(interval)
             new = self.copy_a_top_member_while_running(params, interval)
             if new is not None:
@@ -372,6 +379,20 @@ class Member(Worker):
             rel = None
         self.record("end", params, interval=interval, step=step, score=score, checkpoint=rel)
         log(f"member {self.index} ended at step {step}: {self.search.metric} {score}")
+
+
+def first_boundary(step: int, interval: int, copied: int | None = None) -> int:
+    """The step at which a launch whose first reported step is `step` records its first
+    interval. A launch from a copy of another member's checkpoint of interval `copied` is
+    judged only after that interval, once its new values have trained a whole interval: the
+    copy resumes a little behind the parent's recorded step (its newest settled checkpoint),
+    and judged at the next boundary, a step or two on, it would score below the member it
+    copied and copy again before its values could show."""
+    boundary = (step // interval + 1) * interval
+    if copied is not None:
+        boundary = max(boundary, (copied + 1) * interval,
+                       -(-(step - 1 + interval) // interval) * interval)
+    return boundary
 
 
 def main(argv: list[str]) -> int:
