@@ -88,7 +88,6 @@ def test_a_population_of_array_tasks_copies_and_a_requeued_member_continues(cli,
     st = json.loads(cli("status", run_dir.name, "--json").stdout)["population"]
     saved = json.loads(open(st["best"]["checkpoint"]).read())
     assert saved["step"] == STEPS and math.isclose(saved["quality"], st["best"]["score"])
-    import os as _os; open(f"/tmp/pbt-lin-{_os.getpid()}.json", "w").write(json.dumps(lineage))  # DEBUG
     # The population's best beats every value it started from, kept fixed all along.
     starts = [recs[0]["params"]["lr"] for recs in lineage.values()]
     assert st["best"]["score"] > max(fixed(lr, STEPS) for lr in starts) + 0.1, (st["best"], starts, [
