@@ -170,7 +170,8 @@ echo "tests marked alone: $((SECONDS - t)) s"
 # SBATCH_PARTITION (it overrides the job script's #SBATCH --partition; session B's cluster has
 # only its default partition), so that the Slurm tier's serial chain ends with the other sessions.
 side_files=(tests/slurm/test_containers.py tests/slurm/test_operate.py tests/slurm/test_lmod_cluster.py
-    tests/slurm/test_multinode.py tests/slurm/test_hang_culprit.py tests/slurm/test_rest.py)
+    tests/slurm/test_multinode.py tests/slurm/test_hang_culprit.py tests/slurm/test_rest.py
+    tests/slurm/test_pbt.py)
 side2_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tests/slurm/test_notebook.py
     tests/slurm/test_chains.py tests/slurm/test_report.py tests/slurm/test_idle_from_start.py
     tests/slurm/test_slurm_release.py tests/slurm/test_notify.py tests/slurm/test_preempt_cap_releases.py)
