@@ -408,11 +408,13 @@ while time.monotonic() < end:
     steps, last = steps + 1, loss.item()  # .item() waits for the GPU: the clock counts its work
 print(f"gpu-check train: {steps} steps on {device}, loss {last:.4g}", flush=True)
 EOF
+TRAIN_SECONDS=8  # long enough for a dozen utilization samples; on the CPU there are none to take
+[[ $DEVICE == cuda ]] || TRAIN_SECONDS=2
 cat >"$WORK/train/job.yaml" <<EOF
 name: gpu-check-train
 library: command
 script: $WORK/train/train.py
-args: ["8"]
+args: ["$TRAIN_SECONDS"]
 snapshot: false
 sample_every: 0.5
 resources: {nodes: 1, time: "00:05:00"}
