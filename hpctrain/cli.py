@@ -325,8 +325,9 @@ def cmd_status(args) -> int:
         if study and _pbt(run):
             from .search.pbt import show as pbt_show
             pop = pbt_show.population(run)
-            print(json.dumps({"run": st.to_json(), "population": json.loads(
-                pbt_show.msgspec.json.encode(pop))}, indent=2)
+            from .search.show import as_json
+            print(json.dumps({"run": st.to_json(), "population": json.loads(as_json(pop))},
+                             indent=2)
                   if args.json else pbt_show.format_population(pop, workers=describe(st.state)))
             return 0
         if study:

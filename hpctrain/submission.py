@@ -476,10 +476,10 @@ def prepare_function_study(fn: Callable, job: Job, args: tuple, kwargs: dict) ->
     fn travels pickled in study/function.pkl (cloudpickle, as submit_function's does)."""
     import cloudpickle
 
-    from .backends.submitit import _check_picklable, describe_callable
+    from .backends.submitit import check_picklable, describe_callable
     from .search import call
     info = describe_callable(fn)
-    _check_picklable(fn, args, kwargs, info)
+    check_picklable(fn, args, kwargs, info)
     runner = str(Path(call.__file__).resolve())
     spec = msgspec.structs.replace(job.spec, script=runner, library="command")
     prep = prepare(msgspec.structs.replace(job, spec=spec), for_function=True)

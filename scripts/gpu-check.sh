@@ -161,27 +161,26 @@ def report(path, device):
     return good, f"{hours}; {gpus or 'no GPU sampled'}{errors}"
 
 
-def pbt(path, device):
-    """`hpctrain status --json` of a population: it completed, every member ended, one is best;
-    on a GPU, each member's launches sampled the GPU and its rank did not run in CPU mode."""
+def pbt(path):
+    """`hpctrain status --json` of a population on the GPU: it completed, every member ended,
+    one is best, and each member's launches sampled the GPU and its rank did not run in CPU
+    mode."""
     st = json.load(open(path))
     state, pop = st["run"]["state"]["state"], st.get("population") or {}
     members, best = pop.get("members") or [], pop.get("best")
     good = (state == "COMPLETED" and len(members) == 2 and best is not None
             and all(m["state"] == "ended" for m in members))
-    where = "on cpu"
-    if device == "cuda":
-        run, used = st["run"]["path"], []
-        for m in members:
-            trial = os.path.join(run, "trials", f"{m['member']:04d}")
-            sampled = {row[0] for f in glob.glob(os.path.join(trial, "usage", "*.jsonl"))
-                       for line in open(f) for row in json.loads(line).get("g", [])}
-            cpu = any("hpctrain: CPU mode" in open(f, errors="replace").read()
-                      for f in glob.glob(os.path.join(trial, "logs", "rank-*.log")))
-            used.append(f"member {m['member']} sampled GPU {','.join(map(str, sorted(sampled))) or 'none'}"
-                        + (" but ran in CPU mode" if cpu else ""))
-            good = good and sampled and not cpu
-        where = "on cuda (" + ", ".join(used) + ")"
+    run, used = st["run"]["path"], []
+    for m in members:
+        trial = os.path.join(run, "trials", f"{m['member']:04d}")
+        sampled = {row[0] for f in glob.glob(os.path.join(trial, "usage", "*.jsonl"))
+                   for line in open(f) for row in json.loads(line).get("g", [])}
+        cpu = any("hpctrain: CPU mode" in open(f, errors="replace").read()
+                  for f in glob.glob(os.path.join(trial, "logs", "rank-*.log")))
+        used.append(f"member {m['member']} sampled GPU {','.join(map(str, sorted(sampled))) or 'none'}"
+                    + (" but ran in CPU mode" if cpu else ""))
+        good = good and sampled and not cpu
+    where = "on cuda (" + ", ".join(used) + ")"
     b = (f"best: member {best['member']}, {pop['metric']} {best['score']:.4g} at step {best['step']}"
          if best else "no best member")
     # a member's launch that the health gate refused (each one sees the other's memory on one GPU)
@@ -473,18 +472,17 @@ if [[ $DEVICE != cuda ]]; then
   row pbt cpu "members sharing a GPU need one: on the CPU, see tests/local/test_pbt_library_local.py"
 elif "$PYTHON" -c "import rsl_rl" >/dev/null 2>&1; then
   # 12 iterations, a decision every 4; --sleep lets a member's reports be seen before it ends.
-  PBT=(--set search.pbt.steps=12
-       --set 'args=[--updates,12,--save-interval,2,--num-envs,8,--steps,50,--sleep,0.2,--entropy-coef=0.01]')
   # One GPU per member: the local site gives each member's rank cuda:0, so on one GPU the two
   # members share it (and each one's health gate sees the other's memory, under 1 GiB here).
-  [[ $DEVICE != cuda ]] || PBT+=(--set resources.gpus_per_node=1)
+  PBT=(--set search.pbt.steps=12 --set resources.gpus_per_node=1
+       --set 'args=[--updates,12,--save-interval,2,--num-envs,8,--steps,50,--sleep,0.2,--entropy-coef=0.01]')
   OUT=$(hpctrain submit examples/rl/rsl_rl_pendulum_pbt.yaml "${RES[@]}" "${PBT[@]}" 2>&1)
   RUN=$(run_dir_of "$OUT")
   read -r STATE CODE REASON <<<"$(wait_end "$RUN" 300)"
   [[ $STATE != RUNNING && $STATE != PENDING ]] || hpctrain cancel "$RUN" >/dev/null 2>&1
   if hpctrain status "$RUN" --json >"$WORK/pbt.json" 2>&1; then
     keep pbt.json <"$WORK/pbt.json"
-    read -r RESULT DETAIL < <(judge pbt "$WORK/pbt.json" "$DEVICE")
+    read -r RESULT DETAIL < <(judge pbt "$WORK/pbt.json")
     row pbt "$RESULT" "$DETAIL"
     { hpctrain status "$RUN"; hpctrain report "$RUN"; } 2>&1 | keep pbt.txt
   else

@@ -217,7 +217,7 @@ def function_run(fn: Callable, args: tuple, kwargs: dict, prep) -> dict:
     run.json fields that describe it (submission.submit_function applies them)."""
     from ..runs.records import git_state
     info = describe_callable(fn)
-    _check_picklable(fn, args, kwargs, info)
+    check_picklable(fn, args, kwargs, info)
     if info["source_file"] and os.path.isfile(info["source_file"]):
         src_git = git_state(os.path.dirname(os.path.abspath(info["source_file"])))
         if src_git.get("commit"):
@@ -233,7 +233,7 @@ def function_run(fn: Callable, args: tuple, kwargs: dict, prep) -> dict:
     return {"backend": "submitit", "function": rank_fn, "record": record}
 
 
-def _check_picklable(fn, args, kwargs, info: dict) -> None:
+def check_picklable(fn, args, kwargs, info: dict) -> None:
     import cloudpickle
     try:
         cloudpickle.dumps((fn, args, kwargs))

@@ -274,7 +274,7 @@ class StudyReport(msgspec.Struct, kw_only=True):
     saved_node_hours: float | None
 
 
-def _gpus_per_node(run: Run) -> int:
+def gpus_per_node(run: Run) -> int:
     """The job's resources.gpus_per_node: from the study's job (study/job.json, read typed and
     bounded), else a job.yaml in the run directory; 0 when neither says."""
     import msgspec
@@ -295,7 +295,7 @@ def cost(run: Run) -> StudyReport:
     from ..follow.report import directory_report
     st = status(run)
     rec = run.record
-    nodes, per_node = rec.nodes, _gpus_per_node(run)
+    nodes, per_node = rec.nodes, gpus_per_node(run)
     gpus = nodes * per_node
     costs = []
     for r in st.trials:

@@ -28,7 +28,7 @@ def _counts(st: StudyStatus) -> str:
     return ", ".join(f"{st.counts[s]} {w}" for s, w in words.items() if st.counts.get(s))
 
 
-def _time(seconds: float | None) -> str:
+def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     s = int(seconds)
@@ -43,7 +43,7 @@ def trial_line(r: TrialRow, widths: tuple[int, int]) -> str:
     end = {"PRUNED": f"pruned at {r.pruned_step}" if r.pruned_step is not None else "pruned",
            "FAIL": f"failed: {r.fail_cause}" if r.fail_cause else "failed"}.get(r.state, "")
     cells = (f"{r.number:>4}  {r.state:<8}  {num(r.value):>9}  {num(r.best):>9}  "
-             f"{latest:>{widths[0]}}  {_time(r.seconds):>8}  {where:<{widths[1]}}  ")
+             f"{latest:>{widths[0]}}  {duration(r.seconds):>8}  {where:<{widths[1]}}  ")
     return cells + "  ".join(p for p in (params_text(r.params), end) if p)
 
 
@@ -85,12 +85,12 @@ def format_report(r: StudyReport) -> str:
     for c in r.trials:
         gpu = "-" if c.gpu_hours is None else f"{c.gpu_hours:.3f}"
         node = "-" if c.node_hours is None else f"{c.node_hours:.3f}"
-        lines.append(f"  trial {c.number:>4} {c.state:<8} {_time(c.seconds):>8}  {gpu} GPU-h "
+        lines.append(f"  trial {c.number:>4} {c.state:<8} {duration(c.seconds):>8}  {gpu} GPU-h "
                      f"[{c.source}], {node} node-h")
     if r.saved_gpu_hours is not None:
         lines.append(f"  pruning saved ~{r.saved_gpu_hours:.3f} GPU-hours ({r.saved_node_hours:.3f} "
                      f"node-hours): {r.pruned} pruned trial(s), each against the mean completed "
-                     f"trial ({_time(r.mean_complete_s)})")
+                     f"trial ({duration(r.mean_complete_s)})")
     elif r.pruned:
         lines.append(f"  pruning: {r.pruned} pruned trial(s); no completed trial yet to "
                      "measure what that saved")

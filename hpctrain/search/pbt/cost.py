@@ -13,7 +13,7 @@ from ...runs.records import Run
 from ..trials import trial_dir
 from . import lineage
 from .lineage import Record
-from .show import Population, _num, population
+from .show import Population, shown_number, population
 
 
 class MemberCost(msgspec.Struct, kw_only=True):
@@ -57,10 +57,10 @@ def seconds(recs: list[Record], now: float) -> float:
 
 def cost(run: Run, now: float | None = None) -> PopulationReport:
     from ...follow.report import directory_report
-    from ..follow import _gpus_per_node
+    from ..follow import gpus_per_node
     pop = population(run)
     recs = lineage.read_all(run.path, len(pop.members))
-    nodes, per_node = run.record.nodes, _gpus_per_node(run)
+    nodes, per_node = run.record.nodes, gpus_per_node(run)
     gpus = nodes * per_node
     now = time.time() if now is None else now
     rows = []
@@ -80,13 +80,13 @@ def cost(run: Run, now: float | None = None) -> PopulationReport:
 
 
 def format_report(r: PopulationReport) -> str:
-    from ..show import _time, shown
+    from ..show import duration, shown
     lines = [f"population {r.name} ({r.run_id}): each member {r.nodes} node(s) x "
              f"{r.gpus_per_node} GPU(s)",
              f"  GPU-hours {r.gpu_hours:.3f}, node-hours {r.node_hours:.3f} over "
              f"{len(r.members)} member(s), {r.copies} cop{'y' if r.copies == 1 else 'ies'}"]
     for c in r.members:
-        lines.append(f"  member {c.member:>4} {c.state:<11} {_time(c.seconds):>8}  "
+        lines.append(f"  member {c.member:>4} {c.state:<11} {duration(c.seconds):>8}  "
                      f"{c.gpu_hours:.3f} GPU-h [{c.source}], {c.node_hours:.3f} node-h")
     return shown("\n".join(lines))
 
@@ -97,7 +97,7 @@ def summary(pop: Population) -> str:
     states: dict[str, int] = {}
     for m in pop.members:
         states[m.state] = states.get(m.state, 0) + 1
-    best = (f"best {_num(pop.best.score)} member {pop.best.member}; " if pop.best is not None
-            else "")
+    best = (f"best {shown_number(pop.best.score)} member {pop.best.member}; "
+            if pop.best is not None else "")
     return (f"{best}{len(pop.members)} members ("
             + ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + f"), {pop.copies} copies")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import stat
 from pathlib import Path
 from typing import Any, Literal
@@ -145,15 +146,10 @@ def copy_file(src: Path, dst: Path) -> int:
         if not stat.S_ISREG(before.st_mode):
             raise Unreadable(0, f"{src} is not a regular file")
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            while True:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    break
-                os.write(out, chunk)
+        with open(fd, "rb", closefd=False) as reader, open(out, "wb") as writer:
+            shutil.copyfileobj(reader, writer, 1 << 20)  # whole writes, unlike one os.write
+            writer.flush()
             os.fsync(out)
-        finally:
-            os.close(out)
         after = os.fstat(fd)
     finally:
         os.close(fd)

@@ -93,12 +93,11 @@ def schedule(all_recs: dict[int, list[Record]], member: int) -> list[Point]:
         recs = [r for r in all_recs.get(m, []) if until is None or r.time <= until]
         nxt = None
         for r in reversed(recs):
-            if r.event in ("ready", "end", "start"):
-                out.append(Point(step=r.step, score=r.score, event=r.event,
-                                 params=_params(r.params), member=m))
-            elif r.event == "exploit":
-                out.append(Point(step=r.step, score=r.score, event=r.event,
-                                 params=_params(r.params), parent=r.parent, member=m))
+            if r.event not in ("ready", "end", "start", "exploit"):
+                continue
+            out.append(Point(step=r.step, score=r.score, event=r.event, params=_params(r.params),
+                             parent=r.parent if r.event == "exploit" else None, member=m))
+            if r.event == "exploit":
                 parent_recs = all_recs.get(r.parent, []) if r.parent is not None else []
                 at = [p for p in parent_recs if p.interval == r.parent_interval
                       and p.event in ("ready", "end", "exploit")]
@@ -156,12 +155,12 @@ def best_member(run: Run) -> BestMember:
                       schedule=pop.schedule, checkpoint=b.checkpoint)
 
 
-def _num(v) -> str:
+def shown_number(v) -> str:
     return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
 
 def _values(p: dict) -> str:
-    return ", ".join(f"{k}={_num(v)}" for k, v in p.items())
+    return ", ".join(f"{k}={shown_number(v)}" for k, v in p.items())
 
 
 def format_population(pop: Population, workers: str | None = None) -> str:
@@ -173,19 +172,20 @@ def format_population(pop: Population, workers: str | None = None) -> str:
     lines.append(f"{'member':>6}  {'state':<11} {'step':>7}  {pop.metric[:12]:>12}  copies  values")
     for r in pop.members:
         mark = "*" if pop.best is not None and r.member == pop.best.member else " "
-        lines.append(f"{r.member:>5}{mark}  {r.state:<11} {_num(r.step):>7}  {_num(r.score):>12}  "
-                     f"{r.copies:>6}  {_values(r.params)}")
+        lines.append(f"{r.member:>5}{mark}  {r.state:<11} {shown_number(r.step):>7}  "
+                     f"{shown_number(r.score):>12}  {r.copies:>6}  {_values(r.params)}")
     if pop.best is None:
         lines.append("best: none yet (no member has recorded a checkpoint)")
         return "\n".join(lines)
     b = pop.best
-    lines.append(f"best: member {b.member}, {pop.metric} {_num(b.score)} at step {_num(b.step)}")
+    lines.append(f"best: member {b.member}, {pop.metric} {shown_number(b.score)} at step "
+                 f"{shown_number(b.step)}")
     lines.append(f"  checkpoint: {b.checkpoint}")
     seen, steps = None, []
     for p in pop.schedule:
         text = _values(p.params)
         if text != seen:
-            steps.append(f"step {_num(p.step)}: {text}" + (f" (copied member {p.parent})"
+            steps.append(f"step {shown_number(p.step)}: {text}" + (f" (copied member {p.parent})"
                                                            if p.parent is not None else ""))
             seen = text
     lines.append("  schedule: " + "; ".join(steps))
