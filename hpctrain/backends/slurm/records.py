@@ -170,11 +170,16 @@ def squeue_errors(text: str) -> list[str]:
 
 
 def parse_squeue_json(text: str) -> list[Record]:
-    """`squeue --json`'s jobs (checked by squeue_errors first); a record without a job id or
-    with values of another shape than Slurm writes is left out, a value is bounded."""
-    data = json.loads(text)
+    """`squeue --json`'s jobs (checked by squeue_errors first)."""
+    return job_records(json.loads(text).get("jobs", []))
+
+
+def job_records(jobs: list) -> list[Record]:
+    """Job records as `squeue --json` and slurmrestd's jobs list write them, in either release's
+    shape; a record without a job id or with values of another shape than Slurm writes is left
+    out, a value is bounded."""
     out = []
-    for j in data.get("jobs", []):
+    for j in jobs:
         job_id = _count(_n(j.get("job_id")), MAX_JOB_ID) if isinstance(j, dict) else None
         if job_id is None:
             continue

@@ -11,7 +11,6 @@ naming it: sending the job without it would run another job than the script says
 """
 from __future__ import annotations
 
-import json
 import math
 
 from ...errors import HpctrainError
@@ -174,50 +173,8 @@ def _value(kind: str, key: str, value: str, new: bool):
 
 # ----------------------------------------------------------------------------- job records
 
-def _plain(value):
-    """v0.0.39+'s {set, infinite, number} as the bare number v0.0.38 writes (None: unset)."""
-    if isinstance(value, dict) and "number" in value:
-        return value["number"] if value.get("set") and not value.get("infinite") else None
-    return value
-
-
-def _exit(value):
-    """v0.0.39+'s exit_code {return_code, signal: {id}} as the raw wait status v0.0.38 writes."""
-    if not isinstance(value, dict):
-        return value
-    code = _plain(value.get("return_code"))
-    signal = value.get("signal")
-    sig = _plain(signal.get("id")) if isinstance(signal, dict) else None
-    if not isinstance(code, int) or isinstance(code, bool):
-        return None
-    return ((code & 0xFF) << 8) | (sig & 0x7F if isinstance(sig, int) and not isinstance(sig, bool) else 0)
-
-
-def _state(value):
-    """v0.0.39+ lists a job's state with its flags (["PENDING", "REQUEUED"]): the base state."""
-    if isinstance(value, list):
-        return value[0] if value and isinstance(value[0], str) else None
-    return value
-
-
-_READ = ("job_id", "array_job_id", "array_task_id", "array_task_string", "job_state",
-         "state_reason", "exit_code", "nodes", "node_count", "start_time", "end_time",
-         "restart_cnt", "standard_output", "dependency", "partition", "qos", "user_name",
-         "resv_name")
-
-
-def parse_jobs(jobs: list[dict]) -> list[records.Record]:
-    """GET /slurm/<version>/jobs' jobs (either shape) -> Records, by the same bounded parser
-    as `squeue --json` (whose 22.05 output is this API's v0.0.38): only the fields read are
-    passed on, each in v0.0.38's shape."""
-    plain = []
-    for j in jobs:
-        if not isinstance(j, dict):
-            continue
-        one = {k: _plain(j.get(k)) for k in _READ if k in j}
-        one["job_state"] = _state(j.get("job_state"))
-        one["exit_code"] = _exit(j.get("exit_code"))
-        if one.get("array_job_id") == 0 or one.get("array_job_id") is None:
-            one.pop("array_job_id", None)
-        plain.append(one)
-    return records.parse_squeue_json(json.dumps({"jobs": plain}))
+def parse_jobs(jobs: list) -> list[records.Record]:
+    """GET /slurm/<version>/jobs' jobs -> Records, by `squeue --json`'s own bounded parser: 22.05's
+    squeue writes this API's v0.0.38 shape and 24.11's its v0.0.39+ one ({set, infinite,
+    number} numbers, state lists, exit-code objects), and that parser reads both."""
+    return records.job_records(jobs)
