@@ -81,6 +81,9 @@ def cmd_validate(args) -> int:
         ("cpu mode", p.bootstrap["cpu_mode"]),
         ("tasks", f"{len(prep.tasks)}, {prep.parallel} at a time" if prep.tasks else "-"),
     ]
+    if spec.isaaclab_version:
+        from .job.isaaclab import describe_release
+        rows.insert(3, ("isaac lab", describe_release(spec)))
     if spec.resources.spare_nodes:
         from .job.checks import spare_cost
         rows.insert(4, ("spares", spare_cost(spec)))

@@ -189,6 +189,16 @@ def check(spec: JobSpec, site: SiteProfile, where: Origins) -> list[str]:
     return list(dict.fromkeys(warnings))
 
 
+def isaaclab_release(spec: JobSpec, where: Origins) -> tuple[JobSpec, list[str]]:
+    """The job with the Isaac Lab release its install says (job/isaaclab.py), and warnings."""
+    from ..libraries import LIBRARIES, adapter
+    if spec.library not in LIBRARIES or not spec.isaaclab:
+        return spec, []
+    from .isaaclab import resolve
+    spec, warnings, _ = resolve(spec, where, runs_isaaclab(adapter(spec.library), spec))
+    return spec, warnings
+
+
 def runs_isaaclab(lib, spec: JobSpec) -> bool:
     """The job runs Isaac Lab's own train.py (Isaac Sim inside)."""
     return bool(getattr(lib, "isaaclab_mode", None)) and lib.isaaclab_mode(spec)

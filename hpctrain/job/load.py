@@ -11,7 +11,7 @@ from typing import Any, Iterable
 import msgspec
 
 from . import sites
-from .checks import check, check_sweep, check_text, fill_resources, sweep_points
+from .checks import check, check_sweep, check_text, fill_resources, isaaclab_release, sweep_points
 from ..errors import HpctrainError
 from ..schema.origins import Origins
 from ..schema.spec import JobSpec, SiteProfile, deep_merge, explain, parse_override, set_path
@@ -175,7 +175,8 @@ def _validated(doc: Located, data: dict, profile: SiteProfile, site_doc: Located
     except msgspec.ValidationError as exc:
         raise explain(exc, JobSpec, where, merged) from None
     spec, notes = fill_resources(spec, profile, where)
-    warnings = notes + check(spec, profile, where)
+    spec, found = isaaclab_release(spec, where)
+    warnings = notes + found + check(spec, profile, where)
     from .chains import resolve
     return Job(spec=spec, site=profile, source=doc.source, workdir=os.getcwd(),
                warnings=tuple(dict.fromkeys(warnings)), raw=merged, site_ref=site_name,

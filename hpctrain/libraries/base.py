@@ -1,7 +1,6 @@
 """The adapter interface every library module implements."""
 from __future__ import annotations
 
-import os
 import re
 from typing import NamedTuple
 
@@ -48,6 +47,10 @@ class Adapter:
     # The TensorBoard tags of the library's main metric (its mean episode return), first
     # choice first: `hpctrain plot` draws them first.
     main_scalars: tuple[str, ...] = ()
+
+    def shims(self, spec: JobSpec) -> list[str]:
+        """The CPU shims this job's ranks arm in CPU mode (cpu_shims, and what the job adds)."""
+        return list(self.cpu_shims)
 
     def program(self, spec: JobSpec) -> list[str]:
         """What every rank runs under the bootstrap: [script, *args] (script: path or -m mod)."""
@@ -154,96 +157,3 @@ def gpu_masking(library: str, spec: JobSpec, site: SiteProfile, where: Where) ->
                 where(("env", "CUDA_VISIBLE_DEVICES")) if origin == "env"
                 else where.site(("env", "CUDA_VISIBLE_DEVICES")),
                 "remove CUDA_VISIBLE_DEVICES: hpctrain pins each rank to cuda:LOCAL_RANK itself")
-
-
-# ------------------------------------------------------------------------------------ Isaac Lab
-
-ISAACLAB_SCRIPTS = "scripts/reinforcement_learning"
-# Isaac Lab's own Slurm template (docker/cluster/submit_job_slurm.sh) gives one GPU's training
-# `--cpus-per-task=8` and `--mem-per-cpu=4048`: Isaac Sim's simulation, rendering and the
-# environments' physics run on those CPUs, and one CPU per rank starves them.
-ISAACLAB_RANK = RankNeeds(8, "4048M", "Isaac Lab's own cluster template "
-                          "(docker/cluster/submit_job_slurm.sh: 8 CPUs and --mem-per-cpu=4048 "
-                          "per GPU)")
-
-
-class IsaacLabAdapter(Adapter):
-    """A library that Isaac Lab ships a train.py for: the job names a task, hpctrain the rest.
-
-    Isaac Lab mode: no `script`, or a script that is Isaac Lab's own
-    scripts/reinforcement_learning/<lib>/train.py. Then the rank runs
-    `train.py --task=TASK --headless --distributed [--seed=SEED] ARGS`, as Isaac Lab's multi-GPU
-    page documents, from the run directory (Isaac Lab writes ./logs/<lib>/…: the run keeps them).
-    Any other script is the user's own program: it gets exactly its `args`.
-
-    Library settings (e.g. rl-games' schedule) go in `args` as Isaac Lab's Hydra overrides, as
-    on Isaac Lab's own command line: `agent.params.config.schedule_type=legacy`.
-    """
-
-    train_dir = ""  # scripts/reinforcement_learning/<train_dir>/train.py
-    extra_isaaclab_args: tuple[str, ...] = ()
-    isaaclab_checkpoint_globs: tuple[str, ...] = ()
-    isaaclab_resume_template: tuple[str, ...] = ()
-
-    def train_script(self, spec: JobSpec) -> str:
-        root = spec.isaaclab or ""
-        return os.path.join(root, ISAACLAB_SCRIPTS, self.train_dir, "train.py") if root else \
-            f"{ISAACLAB_SCRIPTS}/{self.train_dir}/train.py"
-
-    def isaaclab_mode(self, spec: JobSpec) -> bool:
-        if spec.script is None:
-            return True
-        return spec.script.replace(os.sep, "/").endswith(f"{ISAACLAB_SCRIPTS}/{self.train_dir}/train.py")
-
-    def program(self, spec: JobSpec) -> list[str]:
-        args = [str(a) for a in spec.args]
-        if not self.isaaclab_mode(spec):
-            return [spec.script or "", *args]
-        script = spec.script or self.train_script(spec)
-        out = [script, f"--task={spec.task}", "--headless", "--distributed"]
-        out += [a for a in self.extra_isaaclab_args if a not in args]
-        if spec.seed is not None and not any(a == "--seed" or a.startswith("--seed=") for a in args):
-            out.append(f"--seed={spec.seed}")
-        return out + args
-
-    def python(self, spec: JobSpec) -> list[str] | None:
-        # Isaac Lab's launcher script runs its Python with every Isaac Sim path set up.
-        if self.isaaclab_mode(spec) and spec.isaaclab:
-            return [os.path.join(spec.isaaclab, "isaaclab.sh"), "-p"]
-        return None
-
-    def run_in_run_dir(self, spec: JobSpec) -> bool:
-        return self.isaaclab_mode(spec)
-
-    def rank_needs(self, spec: JobSpec) -> RankNeeds | None:
-        # Each rank of Isaac Lab's train.py runs a simulator on its GPU; a rank without a GPU
-        # (cpu_mode checks on CPU nodes) runs none of it at scale.
-        if self.isaaclab_mode(spec) and spec.resources.gpus_per_node:
-            return ISAACLAB_RANK
-        return None
-
-    def checkpoint_patterns(self, spec: JobSpec) -> list[str]:
-        # Isaac Lab's train.py runs in the run directory: its ./logs/<lib>/… are the run's.
-        return list(self.isaaclab_checkpoint_globs if self.isaaclab_mode(spec) else self.checkpoint_globs)
-
-    def resume_args(self, spec: JobSpec) -> list[str]:
-        return list(self.isaaclab_resume_template if self.isaaclab_mode(spec) else self.resume_template)
-
-    def check(self, spec: JobSpec, site: SiteProfile, where: Where) -> list[str]:
-        warnings = super().check(spec, site, where)
-        if self.isaaclab_mode(spec):
-            if not spec.task:
-                raise HpctrainError(f"library '{self.name}' runs Isaac Lab's train.py, which needs "
-                                    "a task", where(("library",)),
-                                    "add e.g. task: Isaac-Cartpole-v0 (or set script: to your own "
-                                    "training script)")
-            if spec.script is None and not spec.isaaclab:
-                raise HpctrainError(f"library '{self.name}' without 'script' runs Isaac Lab's "
-                                    f"{self.train_script(spec)}, but the job does not say where "
-                                    "Isaac Lab is", where(("library",)),
-                                    "add isaaclab: /path/to/IsaacLab (the checkout on the cluster), "
-                                    "or set script: to your own training script")
-        elif spec.task:
-            warnings.append(f"'task: {spec.task}' is passed only to Isaac Lab's train.py; "
-                            f"'{spec.script}' gets exactly its args: add --task there if it takes one")
-        return warnings

@@ -6,7 +6,7 @@ default) stays identical. Settings arrive as Isaac Lab's Hydra overrides in `arg
 """
 from __future__ import annotations
 
-from .base import IsaacLabAdapter
+from .isaaclab import IsaacLabAdapter
 
 _PREFIX = "agent.params.config."
 

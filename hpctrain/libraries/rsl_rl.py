@@ -1,11 +1,11 @@
 """rsl-rl: torchrun; distributed whenever WORLD_SIZE > 1 (the runner builds the process group).
 
-Trap: Isaac Lab's rsl_rl train.py seeds with `seed + LOCAL_RANK`, so rank r of every node gets
-the same seed and the nodes collect the same experience.
+Trap: Isaac Lab 2.x's rsl_rl train.py seeds with `seed + LOCAL_RANK`, so rank r of every node
+gets the same seed and the nodes collect the same experience (3.0 adds the global RANK).
 """
 from __future__ import annotations
 
-from .base import IsaacLabAdapter
+from .isaaclab import IsaacLabAdapter
 
 
 class RslRl(IsaacLabAdapter):
@@ -26,7 +26,7 @@ class RslRl(IsaacLabAdapter):
 
     def check(self, spec, site, where):
         warnings = super().check(spec, site, where)
-        if self.isaaclab_mode(spec) and spec.resources.nodes > 1:
+        if self.isaaclab_mode(spec) and self.generation(spec) < 3 and spec.resources.nodes > 1:
             warnings.append(
                 "Isaac Lab's rsl_rl train.py seeds each rank with seed + LOCAL_RANK: on "
                 f"{spec.resources.nodes} nodes, rank r of every node gets the same seed and "

@@ -1,7 +1,7 @@
 """skrl with PyTorch: torchrun; distributed when WORLD_SIZE > 1, decided at `import skrl`."""
 from __future__ import annotations
 
-from .base import IsaacLabAdapter
+from .isaaclab import IsaacLabAdapter
 
 
 class Skrl(IsaacLabAdapter):

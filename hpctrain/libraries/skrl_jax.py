@@ -8,7 +8,7 @@ fails the job.
 """
 from __future__ import annotations
 
-from .base import IsaacLabAdapter
+from .isaaclab import IsaacLabAdapter
 
 
 class SkrlJax(IsaacLabAdapter):
@@ -18,6 +18,7 @@ class SkrlJax(IsaacLabAdapter):
     main_scalars = ("Reward / Total reward (mean)",)
     train_hooks = ("skrl_jax",)
     train_dir = "skrl"
+    lab_library = "skrl"
     launcher = "tasks"
     needs_all_gpus = False  # jax.distributed takes local_device_ids=JAX_LOCAL_RANK itself
     rank_env = {

@@ -39,6 +39,7 @@ MAX_COUNT = 1_000_000
 Count = Annotated[int, Meta(ge=1, le=MAX_COUNT)]
 NonNeg = Annotated[int, Meta(ge=0, le=MAX_COUNT)]
 Seconds = Annotated[int, Meta(ge=1, le=MAX_SECONDS)]
+Release = Annotated[str, Meta(pattern=r"^[0-9]+(\.[0-9]+){0,3}([.+-]?[A-Za-z0-9]+){0,4}\Z", max_length=40)]
 Duration = Annotated[str, Meta(pattern=r"^[0-9]{1,7}(s|m|h)\Z")]  # 90s, 20m, 1h
 
 
@@ -403,8 +404,16 @@ class JobSpec(_Strict):
             "null: the interpreter running hpctrain"))] = None
     task: Annotated[str | None, Meta(description="Isaac Lab task, e.g. Isaac-Cartpole-v0")] = None
     isaaclab: Annotated[str | None, Meta(description=(
-            "path of the Isaac Lab checkout on the nodes (in the image with a "
-            "container)"))] = None
+            "where Isaac Lab is on the nodes (in the image with a container): a "
+            "checkout, a pip/uv environment, or a Python interpreter with isaaclab "
+            "installed; its release is read from it at validate"))] = None
+    isaaclab_version: Annotated[Release | None, Meta(description=(
+            "the Isaac Lab release on the nodes, e.g. 3.0.0 or 2.3.2; null: read from "
+            "the install (a container's image tag), else 2.x"))] = None
+    isaaclab_assets: Annotated[str | None, Meta(description=(
+            "Isaac asset root on the nodes (ISAACSIM_ASSET_ROOT on every rank): a "
+            "mirror on shared storage for nodes without internet; null: Isaac Lab's "
+            "own (a public URL)"))] = None
     config: Annotated[str | None, Meta(description="DI-engine config file")] = None
     resources: Annotated[Resources, Meta(description=(
             "nodes, GPUs, ranks, CPUs, memory, time and Slurm's accounting keys"))] = field(default_factory=Resources)

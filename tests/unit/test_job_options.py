@@ -111,6 +111,7 @@ def test_submitit_takes_the_options_from_the_table(home):
 # ----------------------------------------------------------------------------- resources
 
 ISAAC = {"library": "rsl_rl", "script": None, "task": "Isaac-Cartpole-v0", "isaaclab": "/opt/IsaacLab",
+         "isaaclab_version": "2.3.2",
          "resources": {"nodes": 1, "gpus_per_node": 4}}
 
 

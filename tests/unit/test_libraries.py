@@ -131,7 +131,7 @@ def test_own_script_gets_only_its_args(home):
     job = load_job({"name": "p", "library": "rsl_rl", "script": "examples/rl/rsl_rl_pendulum.py",
                     "args": ["--updates", 3], "task": "Isaac-Cartpole-v0"})
     assert make_plan(job, "/r").program == ["examples/rl/rsl_rl_pendulum.py", "--updates", "3"]
-    assert any("only to Isaac Lab's train.py" in w for w in job.warnings)
+    assert any("only to Isaac Lab's training" in w for w in job.warnings)
 
 
 def test_isaaclab_seed_and_python_from_environment(home):

@@ -171,6 +171,14 @@ MATRIX.update({
 # copies is what the golden files show.
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "isaaclab"
 MATRIX["pyxis-isaac-rsl_rl-2x4"] = ("containers.yaml", EXAMPLES / "pyxis_rsl_rl.yaml")
+# Isaac Lab 3.0: the one CLI from a venv (the release given, as on a laptop that cannot read the
+# cluster's install), and the kit-less image.
+MATRIX["isaac3-rsl_rl-generic-2x4"] = ("slurm-generic", {
+    "library": "rsl_rl", "script": None, "task": "Isaac-Cartpole", "isaaclab": "/shared/isaaclab",
+    "isaaclab_version": "3.0.0", "isaaclab_assets": "/shared/isaac-assets", "seed": 42,
+    "args": ["--max_iterations", "500", "agent.algorithm.learning_rate=0.0003"],
+    "resources": {"nodes": 2, "gpus_per_node": 4}})
+MATRIX["apptainer-isaac3-kitless-rsl_rl-2x4"] = ("containers.yaml", EXAMPLES / "apptainer_kitless_rsl_rl.yaml")
 for _lib in ("rl_games", "rsl_rl", "skrl", "skrl_jax"):
     MATRIX[f"apptainer-isaac-{_lib}-2x4"] = ("containers.yaml", EXAMPLES / f"apptainer_{_lib}.yaml")
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

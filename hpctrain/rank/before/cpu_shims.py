@@ -21,6 +21,8 @@ The shims, by name (``SHIMS``):
 - rl_games: the agent config's ``device`` (A2CBase sets cuda:LOCAL_RANK and reads it back) kept
   at ``cpu``.
 - rsl_rl: ``OnPolicyRunner._configure_multi_gpu`` without its ``device == cuda:LOCAL_RANK`` check.
+- isaaclab (Isaac Lab 3.0's one CLI): ``--distributed`` puts the simulation (and so the agent) on
+  the CPU instead of ``cuda:LOCAL_RANK``; ``validate_distributed_device`` lets a CPU device through.
 - jax: ``jax.experimental.multihost_utils`` imported with jax (skrl uses it without importing it).
 - di_engine: ``dist_init`` without ``rank % torch.cuda.device_count()``; ``LogReduceHook`` on
   CPU (its scalar ``allreduce_data``/``reduce_data`` are fixed on every device by the train
@@ -199,6 +201,53 @@ def _patch_rsl_rl(on_policy_runner) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Isaac Lab 3.0's own launcher
+# --------------------------------------------------------------------------------------------
+
+
+def _patch_isaaclab_launcher(sim_launcher) -> None:
+    original = sim_launcher._resolve_distributed_device
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def _resolve_distributed_device(cfg, args):
+        # WHY: with --distributed, 3.0 always puts the simulation on cuda:LOCAL_RANK (or cuda:0)
+        # and calls set_cuda_device; the agent then takes the simulation's device. Without a GPU
+        # both belong on the CPU. Decided at call time: with CUDA the original runs untouched.
+        if not args.get("distributed", False) or _cuda_available():
+            return original(cfg, args)
+        sim_cfg = getattr(cfg, "sim", None)
+        if sim_cfg is not None:
+            sim_cfg.device = "cpu"
+        args["device"] = "cpu"
+        return None
+
+    setattr(_resolve_distributed_device, _MARK, True)
+    sim_launcher._resolve_distributed_device = _resolve_distributed_device
+    _log("isaaclab launch_simulation: --distributed on the CPU (not cuda:LOCAL_RANK)")
+
+
+def _patch_isaaclab_entrypoints(common) -> None:
+    original = common.validate_distributed_device
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def validate_distributed_device(args_cli):
+        # WHY: 3.0 refuses a CPU device with --distributed ("not supported"); gloo runs the
+        # same collectives on CPU. Read by the training backends with `from ..common import`,
+        # after this hook replaced it. With CUDA the original check stands.
+        if _cuda_available():
+            return original(args_cli)
+        return None
+
+    setattr(validate_distributed_device, _MARK, True)
+    common.validate_distributed_device = validate_distributed_device
+    _log("isaaclab validate_distributed_device: CPU allowed with --distributed")
+
+
+# --------------------------------------------------------------------------------------------
 # skrl (JAX)
 # --------------------------------------------------------------------------------------------
 
@@ -285,6 +334,10 @@ SHIMS: dict[str, list[tuple[str, object, str]]] = {
                   "rl_games A2CBase: config['device'] cuda:N -> cpu")],
     "rsl_rl": [("rsl_rl.runners.on_policy_runner", _patch_rsl_rl,
                 "rsl_rl OnPolicyRunner._configure_multi_gpu: no cuda:LOCAL_RANK device check")],
+    "isaaclab": [("isaaclab.app.sim_launcher", _patch_isaaclab_launcher,
+                  "isaaclab launch_simulation: --distributed on the CPU"),
+                 ("isaaclab_rl.entrypoints.common", _patch_isaaclab_entrypoints,
+                  "isaaclab validate_distributed_device: CPU allowed")],
     "jax": [("jax", _patch_jax, "jax.experimental.multihost_utils imported with jax")],
     "di_engine": [("ding.utils.pytorch_ddp_dist_helper", _patch_ding,
                    "ding dist_init: gloo, no torch.cuda.set_device"),
