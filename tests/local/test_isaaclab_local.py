@@ -1,0 +1,31 @@
+"""The real Isaac Lab 3.0 on the local site: 2 ranks of rsl_rl on Isaac-Cartpole (Newton physics on
+the CPU, gloo), from `hpctrain submit --wait` to rank 0's model_<N>.pt in the run, with `status`
+showing the reward the train hooks report (issue 49, item 5)."""
+from __future__ import annotations
+
+import math
+
+from tests.conftest import submitted
+from tests.isaaclab3 import cartpole_job, check_trained, checkpoints, write_job
+from tests.operate_helpers import status_json
+
+ITERATIONS = 4
+
+
+def test_isaaclab3_trains_two_ranks_here(cli, tmp_path):
+    path = write_job(tmp_path, cartpole_job("isaac3-local", ITERATIONS))
+    v = cli("validate", path).stdout
+    assert "Isaac Lab 3.0.0 (environment" in v and "-m isaaclab train --rl_library rsl_rl" in v, v
+    proc = cli("submit", path, "--wait", timeout=400)
+    _, run_dir = submitted(proc.stdout)
+    log = (run_dir / "logs" / "job.out").read_text(errors="replace")
+    st = status_json(cli, run_dir.name)
+    assert st["state"]["state"] == "COMPLETED", log[-4000:]
+    # The CPU mode's isaaclab shim ran on every rank; no GPU was asked for anywhere.
+    for rank in (0, 1):
+        assert f"[rank {rank}] [hpctrain cpu_mode] isaaclab launch_simulation" in log, log[-4000:]
+    check_trained(run_dir, world=2, hosts=1, last=ITERATIONS - 1)
+    assert ITERATIONS - 1 in checkpoints(run_dir), sorted(checkpoints(run_dir))
+    [shown] = st["progress"] if isinstance(st["progress"], list) else [st["progress"]]
+    assert shown["step"] == ITERATIONS - 1 and shown["metric"] == "reward", shown
+    assert math.isfinite(shown["value"]), shown
