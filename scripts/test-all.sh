@@ -25,6 +25,11 @@ logs=$(mktemp -d)
 # ~1-2 min, installed while the rest installs and the unit tier runs.
 bash scripts/install-ding-venv.sh >"${logs}/ding.log" 2>&1 &
 ding_pid=$!
+# The real Isaac Lab 3.0 in its own Python 3.12 venv, its asset root and Warp's kernels (~1.5 min,
+# ~80 core-seconds), beside the rest of the install and the unit tier: only tests/local and
+# tests/e2e need it.
+bash scripts/install-isaaclab.sh >"${logs}/isaaclab.log" 2>&1 &
+isaaclab_pid=$!
 # Debian's packages (Slurm, shellcheck...) beside the venv's: neither needs the other.
 bash scripts/install-system-deps.sh >"${logs}/apt.log" 2>&1 &
 apt_pid=$!
@@ -115,6 +120,11 @@ fi
 if ! wait "${ding_pid}"; then
     cat "${logs}/ding.log" >&2
     echo "test-all: DI-engine's venv did not install" >&2
+    exit 1
+fi
+if ! wait "${isaaclab_pid}"; then
+    cat "${logs}/isaaclab.log" >&2
+    echo "test-all: Isaac Lab's venv did not install" >&2
     exit 1
 fi
 # (compileall's status is not the suite's: a package may ship files no Python compiles, which

@@ -2,10 +2,12 @@
 own extension point (`--external_callback isaaclab_probe.install`, run by each rank's
 `isaaclab train` before the training): nothing of Isaac Lab or rsl-rl is changed.
 
-After each PPO update it writes $HPCTRAIN_RUN_DIR/results/rank-R.json (tests/e2e/learning.py's
+After each PPO update it writes $HPCTRAIN_RUN_DIR/results/rank-R.json (and
+attempt-A-rank-R.json, A the job's restart count) (tests/e2e/learning.py's
 shape): the digest of the weights as the library synchronised them at the start of this
 attempt's training (rank 0's, broadcast) and now, the surrogate loss of the first and the last
-update, the iteration the runner reached and the one it started from.
+update, the iteration the runner reached and the one it started from, and the learning rate and
+entropy coefficient PPO started with (a study's or a population's values).
 """
 from __future__ import annotations
 
@@ -31,8 +33,11 @@ def install() -> None:
     state: dict = {"rank": int(os.environ.get("RANK", "0")),
                    "world_size": int(os.environ.get("WORLD_SIZE", "1")),
                    "hostname": socket.gethostname(), "loss": "surrogate"}
-    out = os.path.join(os.environ["HPCTRAIN_RUN_DIR"], "results", f"rank-{state['rank']}.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
+    results = os.path.join(os.environ["HPCTRAIN_RUN_DIR"], "results")
+    attempt = os.environ.get("SLURM_RESTART_COUNT", "0")
+    outs = [os.path.join(results, f"rank-{state['rank']}.json"),
+            os.path.join(results, f"attempt-{attempt}-rank-{state['rank']}.json")]
+    os.makedirs(results, exist_ok=True)
     broadcast, update, learn = ppo.PPO.broadcast_parameters, ppo.PPO.update, on_policy_runner.OnPolicyRunner.learn
 
     def learn_probe(self, *args, **kwargs):
@@ -44,6 +49,9 @@ def install() -> None:
         state["initial_params_sha256"] = _digest(self)
 
     def update_probe(self):
+        # The values the trial or member was started with (a study's or PBT's overrides).
+        state.setdefault("learning_rate", float(self.learning_rate))
+        state.setdefault("entropy_coef", float(self.entropy_coef))
         losses = update(self)
         loss = float(losses["surrogate"])
         state.setdefault("first_loss", loss)
@@ -52,9 +60,10 @@ def install() -> None:
         # The runner counts from the iteration it loaded (0 fresh): this update's iteration.
         state["updates"] = state.get("updates", 0) + 1
         state["iteration"] = state["started_from"] + state["updates"] - 1
-        with open(out + ".tmp", "w") as f:
-            json.dump(state, f)
-        os.replace(out + ".tmp", out)
+        for out in outs:
+            with open(out + ".tmp", "w") as f:
+                json.dump(state, f)
+            os.replace(out + ".tmp", out)
         return losses
 
     ppo.PPO.broadcast_parameters = broadcast_probe
