@@ -81,9 +81,10 @@ def check_job(job: str | None, site: str | None, overrides=()) -> Job:
     py = shlex.join(plan.python)
     facts = '"$RUN_DIR/doctor/facts.jsonl"'
     resolve = f"--resolve {head} " if head else ""
+    assets = f" --assets {shlex.quote(base.spec.isaaclab_assets)}" if base.spec.isaaclab_assets else ""
     line = ('mkdir -p "$RUN_DIR/doctor" && '
             + runner.every_node(f'{py} "$RUN_DIR/rank" probe facts {resolve}'
-                                f'--writable "$RUN_DIR/checkpoints"') + f" >{facts}"
+                                f'--writable "$RUN_DIR/checkpoints"{assets}') + f" >{facts}"
             + f' && {py} "$RUN_DIR/rank" probe gate {head or "-"} {facts} {NODES}')
     # A check, not a training run: it must end with its verdict, never be requeued (a requeue
     # that leaves out the node it blames could never start on the two nodes it names).
@@ -150,6 +151,8 @@ def judge(run: Run, state: str, job: Job) -> Report:
     checks.append(_network(floor, failure))
     checks.append(_allreduce(ranks))
     checks.append(_pinning(ranks))
+    if job.spec.isaaclab_assets:
+        checks.append(_assets(facts, job.spec.isaaclab_assets))
     return Report(run_id=run.id, run_dir=str(d), state=state, checks=checks)
 
 
@@ -197,6 +200,22 @@ def _writable(facts: list[dict], ranks: list[dict], d: Path) -> Check:
         return Check(name=name, verdict=NOT_RUN, detail="no node reported")
     nodes = ", ".join(f["node"] for f in facts)
     return Check(name=name, verdict=PASS, detail=f"{d / 'checkpoints'} writable from {nodes}")
+
+
+def _assets(facts: list[dict], root: str) -> Check:
+    name = "isaac assets"
+    seen = [f for f in facts if f.get("assets")]
+    if not seen:
+        return Check(name=name, verdict=NOT_RUN, detail="no node reported")
+    bad = [f"{f['node']}: {f['assets'].get('error')}" for f in seen if not f["assets"].get("ok")]
+    if bad:
+        return Check(name=name, verdict=FAIL, detail=f"{root} (isaaclab_assets): " + "; ".join(bad),
+                     fix="mirror the Isaac asset root (its Isaac/IsaacLab/... files) on storage "
+                     "every compute node mounts, and give that path as isaaclab_assets")
+    nodes = ", ".join(f["node"] for f in seen)
+    entries = seen[0]["assets"].get("entries")
+    return Check(name=name, verdict=PASS,
+                 detail=f"{root}/Isaac/IsaacLab readable from {nodes} ({entries} entries)")
 
 
 def _rendezvous(ranks, world, failure, before: list[Check], plan, floor: dict | None) -> Check:

@@ -35,9 +35,10 @@ VENV=$(cd "$VENV" && pwd)
 export UV_CACHE_DIR="$VENV/cache/uv" WARP_CACHE_PATH="$VENV/cache/warp" XDG_CACHE_HOME="$VENV/cache/xdg" \
     PIP_CACHE_DIR="$VENV/cache/pip"
 "$VENV/bin/pip" install -q --disable-pip-version-check uv
-# rl-games has no extra in 3.0: the release its isaaclab_rl wrapper is written against.
+# rl-games has no extra in 3.0 (its checkout pins a git fork): PyPI's 1.6.5 trains with it, and
+# isaaclab_rl's rl-games wrapper imports gym beside gymnasium.
 "$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" \
-    "isaaclab[rsl-rl,skrl]==$RELEASE" "rl-games==1.6.5"
+    "isaaclab[rsl-rl,skrl]==$RELEASE" "rl-games==1.6.5" gym
 "$VENV/bin/python" tests/programs/isaac_asset_root.py "$VENV/assets"
 # Warp's kernels: one short training in a scratch folder (its logs are not kept).
 scratch=$(mktemp -d)

@@ -188,6 +188,8 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
     env.update({k: env_text(v) for k, v in spec.env.items()})
     env.update(containers.container_env(spec))
     env.update(lib.env(spec))
+    if spec.isaaclab_assets:  # Isaac Lab's own training or a program of the user's that uses it
+        env["ISAACSIM_ASSET_ROOT"] = spec.isaaclab_assets
     env.update(preemption.launcher_env(job, preempt, lib.launcher == "torchrun"))
     env.update({k: v for k, v in preemption.tracking_env(run_dir).items() if k not in env})
     env.update({

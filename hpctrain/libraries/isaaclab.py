@@ -105,11 +105,6 @@ class IsaacLabAdapter(Adapter):
     def run_in_run_dir(self, spec: JobSpec) -> bool:
         return self.isaaclab_mode(spec)
 
-    def env(self, spec: JobSpec) -> dict[str, str]:
-        if spec.isaaclab_assets:
-            return {"ISAACSIM_ASSET_ROOT": spec.isaaclab_assets}
-        return {}
-
     def shims(self, spec: JobSpec) -> list[str]:
         # 3.0's own launcher picks cuda:LOCAL_RANK and refuses a CPU device with --distributed.
         extra = ["isaaclab"] if self.isaaclab_mode(spec) and self.generation(spec) >= 3 else []

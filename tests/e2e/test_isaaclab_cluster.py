@@ -13,8 +13,11 @@ import json
 import math
 import re
 
+import pytest
+
 from tests.conftest import submitted, wait_for_job
 from tests.isaaclab3 import cartpole_job, check_trained, checkpoints, write_job
+from tests.e2e.test_preempt_rl import check_plot
 from tests.slurm.survive import SIDE, preempt_by_high_job, slurm_log, wait_until
 
 ITERATIONS = 24
@@ -53,13 +56,57 @@ def test_isaaclab3_preempted_across_nodes_resumes_where_it_saved(cli, cluster, t
     assert ITERATIONS - 1 in checkpoints(run_dir), sorted(checkpoints(run_dir))
     assert re.search(r"preemption: preempted by the scheduler: requeueing job " + job_id, log), log[-3000:]
 
-    # TensorBoard: one step axis across both attempts (rsl-rl logs by iteration).
-    from hpctrain.follow.curves import read_run
-    [scalars] = read_run(str(run_dir))
-    curve = scalars.curve("Loss/value")
-    assert curve.attempts == 2 and curve.steps[-1] == ITERATIONS - 1, curve
-    assert sorted(set(curve.steps)) == list(range(ITERATIONS)), curve
-    assert all(math.isfinite(v) for v in curve.values)
+    # TensorBoard: rsl-rl's own event files in both attempts, one point per iteration on one step
+    # axis, drawn by `hpctrain plot`.
+    check_plot(cli, job_id, run_dir, rs, tmp_path)
     shown = json.loads(cli("status", job_id, "--json").stdout)["progress"]
     shown = shown[0] if isinstance(shown, list) else shown
     assert shown["step"] == ITERATIONS - 1 and shown["metric"] == "reward", shown
+
+
+# rl_games and skrl (PyTorch) through 3.0's one CLI: 2 nodes x 1 rank each, a few iterations.
+# rl_games: its Cartpole minibatch (8192) must divide one rank's batch (32 envs x 16 steps), and
+# torch.compile (on by default in 3.0's config) would spend ~40 s compiling on the CPU.
+OTHERS = {
+    "rl_games": (["--max_iterations", "6", "agent.params.config.minibatch_size=512",
+                  "agent.params.config.torch_compile=false"],
+                 "logs/rl_games/cartpole/hpctrain/nn/last_cartpole_ep_6_rew_*.pth", 6),
+    "skrl": (["--max_iterations", "10"], "logs/skrl/cartpole/hpctrain*/checkpoints/agent_*.pt", 160),
+}
+
+
+@pytest.mark.parametrize("library", list(OTHERS))
+def test_isaaclab3_rl_games_and_skrl_train_across_nodes(library, cli, cluster, tmp_path):
+    import torch
+
+    args, pattern, last_step = OTHERS[library]
+    job = cartpole_job(f"isaac3-{library}", 1, library=library,
+                       resources={"nodes": 2, "procs_per_node": 1, "time": "00:10:00"})
+    job["args"] = ["--num_envs", "32", *args]
+    job_id, run_dir = submitted(cli("submit", write_job(tmp_path, job), "--site", cluster,
+                                    *SIDE).stdout)
+    info = wait_for_job(job_id, timeout=600)
+    log = slurm_log(run_dir)
+    assert info["JobState"] == "COMPLETED", log[-4000:]
+    for rank in (0, 1):
+        text = (run_dir / "logs" / f"rank-{rank}.log").read_text(errors="replace")
+        assert "isaaclab launch_simulation: --distributed on the CPU" in text, text[-3000:]
+    saved = sorted(run_dir.glob(pattern), key=lambda p: p.stat().st_mtime)
+    assert saved, sorted(run_dir.rglob("*.pt*"))
+    # The library's optimizer took its steps: the newest checkpoint's Adam state counts them.
+    newest = torch.load(saved[-1], map_location="cpu", weights_only=False)
+    steps = [float(v) for v in _values_of(newest, "step")]
+    assert steps and min(steps) > 0, (saved[-1], steps)
+    shown = json.loads(cli("status", job_id, "--json").stdout)["progress"]
+    shown = shown[0] if isinstance(shown, list) else shown
+    assert shown["step"] == last_step, shown
+
+
+def _values_of(obj, key):
+    """Every value under `key` in a checkpoint's nested dicts (an optimizer's per-tensor state)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == key and not isinstance(v, dict):
+                yield v
+            else:
+                yield from _values_of(v, key)

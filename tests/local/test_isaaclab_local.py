@@ -29,3 +29,18 @@ def test_isaaclab3_trains_two_ranks_here(cli, tmp_path):
     [shown] = st["progress"] if isinstance(st["progress"], list) else [st["progress"]]
     assert shown["step"] == ITERATIONS - 1 and shown["metric"] == "reward", shown
     assert math.isfinite(shown["value"]), shown
+
+
+def test_a_missing_asset_ends_with_the_file_and_the_setting(cli, tmp_path):
+    """Nodes without internet meet Isaac Lab's assets first: the failure names the file and
+    isaaclab_assets, once, instead of a traceback's last line."""
+    empty = tmp_path / "assets"
+    empty.mkdir()
+    job = cartpole_job("isaac3-noassets", 1, num_envs=16, isaaclab_assets=str(empty),
+                       resources={"nodes": 1, "procs_per_node": 1, "time": "00:10:00"})
+    proc = cli("submit", write_job(tmp_path, job), "--wait", timeout=300, check=False)
+    assert proc.returncode != 0, proc.stdout
+    missing = f"{empty}/Isaac/IsaacLab/"
+    [line] = [l for l in proc.stdout.splitlines() if l.startswith("failed: rank 0")]
+    assert "Isaac Lab could not load the asset " + missing in line, proc.stdout
+    assert "set isaaclab_assets" in line and "hpctrain doctor" in line, line

@@ -36,11 +36,15 @@ def verdicts(stdout: str) -> dict[str, str]:
 def test_doctor_healthy_cluster_passes_every_check_with_the_jobs_own_settings(cli, cluster):
     # examples/ddp_check.yaml: 2 ranks per node, its own seed and time; its program is replaced.
     # (One doctor run for both: a healthy cluster, checked with a job's own settings.)
-    proc = doctor(cli, cluster, job=str(ROOT / "examples" / "ddp_check.yaml"))
+    # An Isaac asset root (isaaclab_assets) the nodes can read: the suite's own (tests/isaaclab3.py).
+    from tests.isaaclab3 import ASSETS
+    proc = doctor(cli, cluster, f"isaaclab_assets={ASSETS}", job=str(ROOT / "examples" / "ddp_check.yaml"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert verdicts(proc.stdout) == {"head name": "ok", "run directory": "ok", "rendezvous": "ok",
                                      "network floor": "ok", "all-reduce": "ok",
-                                     "devices and env": "ok"}, proc.stdout
+                                     "devices and env": "ok", "isaac assets": "ok"}, proc.stdout
+    assert re.search(rf"{ASSETS}/Isaac/IsaacLab readable from node[12], node[12] \(2 entries\)",
+                     proc.stdout), proc.stdout
     # The launch's own network floor measurement, without a floor: shown, never failing.
     assert re.search(r"gloo, all-reduce bus bandwidth [\d.]+ Gbit/s across 2 nodes \(floor 0\); "
                      r"no floor set: health\.allreduce_min_gbps", proc.stdout), proc.stdout
@@ -103,14 +107,19 @@ def test_doctor_names_a_blocked_rendezvous_port(cli, cluster):
 def test_doctor_names_a_run_directory_one_node_cannot_write(cli, cluster, tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir(exist_ok=True)
+    # And an Isaac asset root that node2 sees empty (its own mount over it), in the same run.
+    assets = tmp_path / "assets"
+    (assets / "Isaac" / "IsaacLab" / "Robots").mkdir(parents=True)
     # Read-only for node2 alone: a bind mount in node2's own mount namespace (root ignores modes).
     mount = ["nsenter", NODE2_MNT]
     subprocess.run(mount + ["mount", "--bind", str(runs), str(runs)], check=True)
+    subprocess.run(mount + ["mount", "-t", "tmpfs", "tmpfs", str(assets / "Isaac")], check=True)
     try:
         subprocess.run(mount + ["mount", "-o", "remount,bind,ro", str(runs)], check=True)
-        proc = doctor(cli, cluster)
+        proc = doctor(cli, cluster, f"isaaclab_assets={assets}")
     finally:
         subprocess.run(mount + ["umount", str(runs)], check=True)
+        subprocess.run(mount + ["umount", str(assets / "Isaac")], check=True)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     v = verdicts(proc.stdout)
     assert v["run directory"] == "FAIL" and v["head name"] == "ok", proc.stdout
@@ -118,3 +127,7 @@ def test_doctor_names_a_run_directory_one_node_cannot_write(cli, cluster, tmp_pa
     assert re.search(r"checkpoints not writable from node2: Read-only file system", proc.stdout)
     assert "node1:" not in proc.stdout.split("not writable from")[1].split("\n")[0]
     assert "HPCTRAIN_RUNS_DIR" in proc.stdout
+    assert v["isaac assets"] == "FAIL", proc.stdout
+    line = next(l for l in proc.stdout.splitlines() if "isaac assets" in l)
+    assert f"{assets} (isaaclab_assets): node2: {assets}/Isaac/IsaacLab: No such file" in line, line
+    assert "node1" not in line, line

@@ -211,3 +211,15 @@ def test_isaaclab_cpu_shims_only_without_cuda(monkeypatch):
     launcher._resolve_distributed_device(cfg, args)
     common.validate_distributed_device(None)
     assert calls == ["orig", "orig", "refused"]
+
+
+def test_a_missing_isaac_asset_is_explained():
+    from hpctrain.rank.end.causes import explain
+    local = FileNotFoundError("Unable to resolve the file: /shared/a/Isaac/IsaacLab/Robots/x.usd")
+    assert explain(local).startswith("Isaac Lab could not load the asset /shared/a/Isaac/IsaacLab/"
+                                     "Robots/x.usd from the asset root (ISAACSIM_ASSET_ROOT): set "
+                                     "isaaclab_assets")
+    url = FileNotFoundError("Unable to find the file: https://host/Assets/Isaac/6.2/Isaac/IsaacLab/g.usda")
+    assert "its public asset server, which this node cannot reach" in explain(url)
+    assert explain(FileNotFoundError("nope")) == "FileNotFoundError: nope"
+    assert explain(ValueError("Unable to find the file: /Isaac/x")) == "ValueError: Unable to find the file: /Isaac/x"

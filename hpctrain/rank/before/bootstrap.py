@@ -464,7 +464,10 @@ def main(config_path: str) -> int:
             close_process_group()
     except BaseException as exc:  # the program's own crash: show it, record it, exit non-zero
         traceback.print_exc()
-        code, error = 1, f"{type(exc).__name__}: {exc}"
+        from ..end.causes import explain
+        code, error = 1, explain(exc)
+        if error != f"{type(exc).__name__}: {exc}":  # a known cause: its fix, below the traceback
+            print(f"hpctrain: {error}", file=sys.stderr)
     if code != 0:
         record_failure(status_dir, me, code, error or f"exit status {code}")
     sys.stdout.flush()

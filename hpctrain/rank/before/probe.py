@@ -1,7 +1,8 @@
 """What a node says about itself, and whether another node can reach it: the evidence that
 `hpctrain site detect` (detect.py) and `hpctrain doctor` (doctor.py) decide from.
 
-    facts [--resolve NAME ...] [--writable DIR] [--torch]   one JSON line about this node
+    facts [--resolve NAME ...] [--writable DIR] [--torch] [--assets ROOT]
+                                                             one JSON line about this node
     reach HEAD FACTS.jsonl PORT WINDOW                       can this node reach HEAD on PORT?
     gate HEAD FACTS.jsonl NODES                              exit 1 naming what would fail a launch
 
@@ -171,6 +172,28 @@ def writable(directory: str) -> dict:
                 "error": f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno, exc.errno)})"}
 
 
+# What Isaac Lab reads under its asset root (ISAACSIM_ASSET_ROOT): isaaclab.utils.assets.
+ISAAC_ASSET_DIR = os.path.join("Isaac", "IsaacLab")
+
+
+def readable(root: str) -> dict:
+    """Whether this node can list the Isaac asset root `root` and its Isaac/IsaacLab folder, and
+    how many entries that folder has (an empty mirror is no mirror)."""
+    sub = os.path.join(root, ISAAC_ASSET_DIR)
+    try:
+        with os.scandir(root):
+            pass
+        with os.scandir(sub) as it:
+            entries = sum(1 for _ in zip(range(10000), it))
+        ok = entries > 0
+        return {"dir": root, "ok": ok, "entries": entries,
+                "error": None if ok else f"{sub} is empty"}
+    except OSError as exc:
+        return {"dir": root, "ok": False,
+                "error": f"{exc.filename}: {exc.strerror or exc} "
+                         f"({errno.errorcode.get(exc.errno, exc.errno)})"}
+
+
 def torch_facts() -> dict:
     try:
         import torch
@@ -185,7 +208,8 @@ def torch_facts() -> dict:
     return out
 
 
-def facts(resolve_names: list[str], check_dir: str | None, with_torch: bool) -> dict:
+def facts(resolve_names: list[str], check_dir: str | None, with_torch: bool,
+          assets: str | None = None) -> dict:
     try:
         cpus = len(os.sched_getaffinity(0))
     except OSError:
@@ -203,6 +227,8 @@ def facts(resolve_names: list[str], check_dir: str | None, with_torch: bool) -> 
         out["writable"] = writable(check_dir)
     if with_torch:
         out["torch"] = torch_facts()
+    if assets:
+        out["assets"] = readable(assets)
     return out
 
 
@@ -363,7 +389,7 @@ def read_records(text: str) -> list[dict]:
 
 def main(args: list[str]) -> int:
     if args[:1] == ["facts"]:
-        names, check_dir, with_torch, rest = [], None, False, args[1:]
+        names, check_dir, with_torch, assets, rest = [], None, False, None, args[1:]
         while rest:
             opt = rest.pop(0)
             if opt == "--resolve" and rest:
@@ -372,7 +398,9 @@ def main(args: list[str]) -> int:
                 check_dir = rest.pop(0)
             elif opt == "--torch":
                 with_torch = True
-        emit(facts(names, check_dir, with_torch))
+            elif opt == "--assets" and rest:
+                assets = rest.pop(0)
+        emit(facts(names, check_dir, with_torch, assets))
         return 0
     if args[:1] == ["reach"] and len(args) == 5:
         head, facts_file, port, window = args[1], args[2], int(args[3]), float(args[4])
@@ -392,7 +420,7 @@ def main(args: list[str]) -> int:
         for text in found:
             print(f"hpctrain doctor: {text}", file=sys.stderr, flush=True)
         return 1 if found else 0
-    print("usage: rank probe facts [--resolve NAME]... [--writable DIR] [--torch] | "
+    print("usage: rank probe facts [--resolve NAME]... [--writable DIR] [--torch] [--assets ROOT] | "
           "rank probe reach HEAD FACTS.jsonl PORT WINDOW | rank probe gate HEAD FACTS.jsonl NODES",
           file=sys.stderr)
     return 2
