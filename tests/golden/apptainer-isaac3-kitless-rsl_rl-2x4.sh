@@ -306,7 +306,7 @@ log "rendezvous: $HEAD:$PORT ($HEAD_ADDR), $NNODES nodes: $(echo "$NODELIST" | p
 # --- container: apptainer (hpctrain/job/containers.py) --------------------------------
 # This shell stays on the host; on every node the launch runs in $TMPDIR/images/isaac-lab-kitless.sif:
 # the run and working directories are bound at the same paths.
-# On every node: the persistent cache directories, and the image copied to node-local storage.
+# On every node: the image copied to node-local storage.
 # shellcheck disable=SC2016,SC2154  # $NAME in container paths comes from the node's environment
 PREPARE_OUT=$(srun --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --cpus-per-task=1 bash -c 'set -eu
 if [[ -n "$1" ]]; then
@@ -315,7 +315,7 @@ if [[ -n "$1" ]]; then
   [[ "$target" -nt "$1" ]] || { cp "$1" "$target.$$.part" && mv -f "$target.$$.part" "$target"; }
 fi
 shift 2
-for d in "$@"; do mkdir -p "$d"; done' hpctrain-prepare "${SCRATCH}"/images/isaac-lab-kitless.sif "${TMPDIR}"/images /scratch/"${USER}"/isaac-sim/cache/kit /scratch/"${USER}"/isaac-sim/cache/ov /scratch/"${USER}"/isaac-sim/cache/pip /scratch/"${USER}"/isaac-sim/cache/glcache /scratch/"${USER}"/isaac-sim/cache/computecache /scratch/"${USER}"/isaac-sim/logs /scratch/"${USER}"/isaac-sim/data /scratch/"${USER}"/isaac-sim/documents 2>&1) || {
+for d in "$@"; do mkdir -p "$d"; done' hpctrain-prepare "${SCRATCH}"/images/isaac-lab-kitless.sif "${TMPDIR}"/images 2>&1) || {
   record_failure container 1 "preparing the container on the nodes failed: $PREPARE_OUT"
   die "preparing the container on the nodes failed: $PREPARE_OUT"
 }
@@ -324,7 +324,7 @@ for d in "$@"; do mkdir -p "$d"; done' hpctrain-prepare "${SCRATCH}"/images/isaa
 # file nor in an argument list that other users of the node could read).
 # shellcheck disable=SC2016,SC2154
 CONTAINER=(bash -c 'for v in NCCL_SOCKET_IFNAME ISAACSIM_ASSET_ROOT TORCH_ELASTIC_SHUTDOWN_TIMEOUT WANDB_RUN_ID WANDB_RESUME WANDB_DIR HPCTRAIN_TENSORBOARD_DIR HPCTRAIN_RUN_DIR HPCTRAIN_JOB_NAME HPCTRAIN_SITE HPCTRAIN_LIBRARY HPCTRAIN_JOB_ID HPCTRAIN_PORT HPCTRAIN_SPARE_PORT HPCTRAIN_HEAD HPCTRAIN_NODES SLURM_JOB_ID SLURM_STEP_ID SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS SLURM_NTASKS_PER_NODE SLURM_CPUS_PER_TASK SLURMD_NODENAME SLURM_JOB_NODELIST SLURM_RESTART_COUNT SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID CUDA_VISIBLE_DEVICES NVIDIA_VISIBLE_DEVICES TORCH_FR_BUFFER_SIZE TORCH_NCCL_TRACE_BUFFER_SIZE; do [[ -z "${!v+x}" ]] || export "APPTAINERENV_$v=${!v}"; done; exec "$@"' hpctrain-container
-  apptainer exec --cleanenv --nv --bind /runs/isaac3-kitless-rsl_rl/RUN_ID:/runs/isaac3-kitless-rsl_rl/RUN_ID --bind /work/job:/work/job --bind /scratch/"${USER}"/isaac-sim/cache/kit:/isaac-sim/kit/cache:rw --bind /scratch/"${USER}"/isaac-sim/cache/ov:/root/.cache/ov:rw --bind /scratch/"${USER}"/isaac-sim/cache/pip:/root/.cache/pip:rw --bind /scratch/"${USER}"/isaac-sim/cache/glcache:/root/.cache/nvidia/GLCache:rw --bind /scratch/"${USER}"/isaac-sim/cache/computecache:/root/.nv/ComputeCache:rw --bind /scratch/"${USER}"/isaac-sim/logs:/root/.nvidia-omniverse/logs:rw --bind /scratch/"${USER}"/isaac-sim/data:/root/.local/share/ov/data:rw --bind /scratch/"${USER}"/isaac-sim/documents:/root/Documents:rw --bind /shared/isaac-assets:/shared/isaac-assets:ro --pwd /work/job --writable-tmpfs "${TMPDIR}"/images/isaac-lab-kitless.sif)
+  apptainer exec --cleanenv --nv --bind /runs/isaac3-kitless-rsl_rl/RUN_ID:/runs/isaac3-kitless-rsl_rl/RUN_ID --bind /work/job:/work/job --bind /shared/isaac-assets:/shared/isaac-assets:ro --pwd /work/job --writable-tmpfs "${TMPDIR}"/images/isaac-lab-kitless.sif)
 
 # --- launch ---------------------------------------------------------------------------------
 # torchrun's agent does not handle SIGUSR2, whose default action would kill it and its ranks

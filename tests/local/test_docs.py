@@ -41,7 +41,7 @@ PAGES = sorted(p for p in DOCS.rglob("*.md")) + [ROOT / "README.md"]
 # The shell blocks that cannot run on this machine (a cluster, a laptop, an install), by page:
 # this set stays small; a new one is a decision, made here.
 TITLED_SHELL_BLOCKS = {
-    "getting-started.md": 2, "first-hour.md": 1, "slurm-releases.md": 1, "never-lose-work.md": 1, "performance.md": 1,
+    "getting-started.md": 2, "first-hour.md": 2, "libraries.md": 1, "slurm-releases.md": 1, "never-lose-work.md": 1, "performance.md": 1,
     "workstations.md": 3, "remote.md": 1, "search.md": 2, "architecture.md": 1, "testing.md": 2,
     "rest.md": 1,
 }
