@@ -6,8 +6,9 @@
   interpreter is `isaaclab.sh -p`;
 - an environment (a pip/uv venv or conda prefix): the `isaaclab-<version>.dist-info` folder in its
   site-packages says the release; the interpreter is its `bin/python`;
-- an interpreter (`/opt/venv/bin/python3.12`): its own environment when it sits in one, else
-  its site-packages as the interpreter itself reports them (one bounded run of it).
+- an interpreter (`/opt/venv/bin/python3.12`): the packages of its own prefix (a venv, a conda
+  environment, /usr/local). It is never run: a job file is untrusted, and validating one must not
+  start a program it names.
 
 What is found fills `isaaclab_version` (and `python`, when the job gives none), so that the
 library adapters build that generation's command (libraries/isaaclab.py) from the job alone. An
@@ -25,7 +26,6 @@ import glob
 import os
 import re
 import shlex
-import subprocess
 from typing import NamedTuple
 
 import msgspec
@@ -108,7 +108,12 @@ def _from_site_packages(kind: str, path: str, site_packages: str, python: list[s
 
 
 def _site_packages_of(prefix: str) -> list[str]:
-    return sorted(glob.glob(os.path.join(glob.escape(prefix), "lib", "python3*", "site-packages")))
+    # venvs and conda: lib/python3.X/site-packages; Debian's pythons: dist-packages
+    found = []
+    for lib in ("lib", os.path.join("local", "lib")):
+        for name in ("site-packages", "dist-packages"):
+            found += glob.glob(os.path.join(glob.escape(prefix), lib, "python3*", name))
+    return sorted(found)
 
 
 def _checkout(path: str) -> Install | None:
@@ -140,34 +145,24 @@ def _environment(path: str) -> Install | None:
     return None
 
 
-def _interpreter(path: str, timeout: float) -> Install | None:
+def _interpreter(path: str) -> Install | None:
+    # Its own prefix (a venv, a conda env, /usr/local): never run, only read. A job file is
+    # untrusted: validating one must not start a program it names.
     prefix = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-    if os.path.isfile(os.path.join(prefix, "pyvenv.cfg")) or os.path.isdir(os.path.join(prefix, "conda-meta")):
-        for sp in _site_packages_of(prefix):
-            found = _from_site_packages("interpreter", path, sp, [path])
-            if found:
-                return found
-    # A system or module-provided interpreter: it says where its packages are. -I: neither the
-    # user's site nor PYTHONPATH, nothing imported but sysconfig.
-    try:
-        out = subprocess.run([path, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, timeout=timeout, check=False,
-                             stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    sp = out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else ""
-    return _from_site_packages("interpreter", path, sp, [path]) if os.path.isabs(sp) else None
+    for sp in _site_packages_of(prefix):
+        found = _from_site_packages("interpreter", path, sp, [path])
+        if found:
+            return found
+    return None
 
 
-def find_install(path: str, timeout: float = 20.0) -> Install | None:
+def find_install(path: str) -> Install | None:
     """The Isaac Lab install at `path` on this machine, or None when none can be read there."""
     if not path or not os.path.isabs(path) or not os.path.exists(path):
         return None
     if os.path.isdir(path):
         return _checkout(path) or _environment(path)
-    if os.access(path, os.X_OK):
-        return _interpreter(path, timeout)
-    return None
+    return _interpreter(path) if os.path.isfile(path) else None
 
 
 def describe_release(spec: JobSpec) -> str:

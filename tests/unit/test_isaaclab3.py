@@ -223,3 +223,17 @@ def test_a_missing_isaac_asset_is_explained():
     assert "its public asset server, which this node cannot reach" in explain(url)
     assert explain(FileNotFoundError("nope")) == "FileNotFoundError: nope"
     assert explain(ValueError("Unable to find the file: /Isaac/x")) == "ValueError: Unable to find the file: /Isaac/x"
+
+
+def test_an_interpreter_is_read_never_run(tmp_path):
+    """A job file is untrusted: the interpreter it names is looked at, not started."""
+    prefix = tmp_path / "usr"
+    (prefix / "lib" / "python3.12" / "dist-packages" / "isaaclab-3.0.0.dist-info").mkdir(parents=True)
+    (prefix / "bin").mkdir()
+    marker = tmp_path / "ran"
+    python = prefix / "bin" / "python3.12"
+    python.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    python.chmod(0o755)
+    found = find_install(str(python))
+    assert (found.kind, found.version, found.python) == ("interpreter", "3.0.0", [str(python)])
+    assert not marker.exists()
