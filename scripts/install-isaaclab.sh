@@ -23,7 +23,7 @@ fi
 # machines have one).
 py312=
 root=$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")
-for candidate in "$(command -v python3.12 || true)" $(ls -d "$root"/versions/3.12*/bin/python3.12 2>/dev/null | sort -rV); do
+for candidate in "$(command -v python3.12 || true)" "$root"/versions/3.12*/bin/python3.12; do
     if [[ -n "$candidate" ]] && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
         py312=$candidate
         break
@@ -37,7 +37,10 @@ export UV_CACHE_DIR="$VENV/cache/uv" WARP_CACHE_PATH="$VENV/cache/warp" XDG_CACH
 "$VENV/bin/pip" install -q --disable-pip-version-check uv
 # rl-games has no extra in 3.0 (its checkout pins a git fork): PyPI's 1.6.5 trains with it, and
 # isaaclab_rl's rl-games wrapper imports gym beside gymnasium.
-"$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" \
+# --compile-bytecode: every rank would otherwise compile Isaac Lab's, torch's and Warp's modules
+# anew (~9 core-seconds of its ~18-second start) wherever PYTHONDONTWRITEBYTECODE is set, as on
+# this project's machines; compiled once here, beside the unit tier.
+"$VENV/bin/python" -m uv pip install -q --compile-bytecode --python "$VENV/bin/python" \
     "isaaclab[rsl-rl,skrl]==$RELEASE" "rl-games==1.6.5" gym
 "$VENV/bin/python" tests/programs/isaac_asset_root.py "$VENV/assets"
 # Warp's kernels: one short training in a scratch folder (its logs are not kept).

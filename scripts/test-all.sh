@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Installs everything — system packages (Slurm, shellcheck), the local Slurm cluster, the venv
-# with every extra, DI-engine's venv — and runs the whole test suite, tier by tier
+# with every extra, DI-engine's venv, the real Isaac Lab 3.0's venv — and runs the whole test suite, tier by tier
 # (docs/testing.md):
 #   1. tests/unit, first and alone (under a minute): a broken render fails the run at once,
 #      before any cluster starts;
 #   2. the few cluster tests marked `alone` (they restart or repair the cluster, or count
 #      slurmctld's requests), alone;
-#   3. three sessions side by side: tests/slurm on node1..node4; tests/local (no cluster), then
-#      a few files of tests/slurm on a second cluster, Slurm 24.11's (node101..node102, beside the
-#      22.05 one: tests/cluster/README.md); tests/e2e on node5..node7 (partition side), then
-#      tests/ssh (their sshds), then a few files of tests/slurm there.
+#   3. three sessions side by side: tests/slurm on node1..node4; a few files of tests/slurm on a
+#      second cluster, Slurm 24.11's (node101..node102, beside the 22.05 one:
+#      tests/cluster/README.md), then tests/local (no cluster); tests/ssh (the sshds of
+#      node5..node7), then tests/e2e on those nodes (partition side), then a few files of
+#      tests/slurm there.
 # At the end: each tier's result and the 15 slowest tests of the whole run.
 # .ci/run calls exactly this. Needs root (apt, network namespaces).
 #
@@ -25,9 +26,10 @@ logs=$(mktemp -d)
 # ~1-2 min, installed while the rest installs and the unit tier runs.
 bash scripts/install-ding-venv.sh >"${logs}/ding.log" 2>&1 &
 ding_pid=$!
-# The real Isaac Lab 3.0 in its own Python 3.12 venv, its asset root and Warp's kernels (~1.5 min,
-# ~80 core-seconds), beside the rest of the install and the unit tier: only tests/local and
-# tests/e2e need it.
+# The real Isaac Lab 3.0 in its own Python 3.12 venv, its asset root and Warp's kernels (~2 min,
+# 7.4 GB, mostly CUDA wheels its torch pin brings), beside the rest of the install, the unit tier
+# and the first tests: only tests/local and tests/e2e need it, and they wait for it themselves
+# (isaaclab_ready, below), after tests that do not.
 bash scripts/install-isaaclab.sh >"${logs}/isaaclab.log" 2>&1 &
 isaaclab_pid=$!
 # Debian's packages (Slurm, shellcheck...) beside the venv's: neither needs the other.
@@ -64,6 +66,19 @@ pytest_session() {  # NAME ARGS...: one pytest session, its junit XML in ${logs}
     # shellcheck disable=SC2086  # RUN_IN is words
     HPCTRAIN_HOME="${logs}/home-${name}" HPCTRAIN_RUNS_DIR="${logs}/home-${name}/runs" \
         ${RUN_IN:-} .venv/bin/python -m pytest -q -rs -p no:cacheprovider --junitxml="${logs}/${name}.xml" "$@"
+}
+
+# Isaac Lab's install is done (any session may ask: it polls, as the install is no child of a
+# session's shell); its log when it failed.
+isaaclab_ready() {
+    local t=$SECONDS
+    while kill -0 "${isaaclab_pid}" 2>/dev/null; do sleep 1; done
+    if [[ ! -e .venv-isaaclab/.hpctrain-isaaclab-3.0.0 ]]; then
+        cat "${logs}/isaaclab.log" >&2
+        echo "test-all: Isaac Lab's venv did not install" >&2
+        return 1
+    fi
+    echo "Isaac Lab's venv ready (waited $((SECONDS - t)) s)"
 }
 
 # The 15 slowest tests (setup + call + teardown) of every session of this run.
@@ -122,11 +137,6 @@ if ! wait "${ding_pid}"; then
     echo "test-all: DI-engine's venv did not install" >&2
     exit 1
 fi
-if ! wait "${isaaclab_pid}"; then
-    cat "${logs}/isaaclab.log" >&2
-    echo "test-all: Isaac Lab's venv did not install" >&2
-    exit 1
-fi
 # (compileall's status is not the suite's: a package may ship files no Python compiles, which
 # pip's own compile step would have skipped as well)
 wait "${compile_pid}" || true
@@ -150,6 +160,7 @@ grep -h "install-slurm-release:" "${logs}/release.log" || true
 cat "${logs}/up-24.11.log"
 
 if (($# > 0)); then
+    isaaclab_ready
     pytest_session selected "$@" && rc=0 || rc=$?
     slowest
     exit "${rc}"
@@ -171,10 +182,12 @@ echo "tests marked alone: $((SECONDS - t)) s"
 # Slurm files run on the other cluster, Slurm 24.11's (node101..node102, its partition debug). They
 # share nothing but slurmctld (tests/cluster/up.sh), and session B not even that.
 #     session A: tests/slurm (but the files below)
-#     session B: tests/local, then side2_files on the Slurm 24.11 cluster (its clients, through
+#     session B: side2_files on the Slurm 24.11 cluster (its clients, through
 #                tests/cluster/release-exec.sh): with session A on 22.05, every command that
-#                parses Slurm's output runs on each release (docs/slurm-releases.md)
-#     session C: tests/e2e, then tests/ssh, then side_files in partition side
+#                parses Slurm's output runs on each release (docs/slurm-releases.md); then
+#                tests/local, once Isaac Lab's venv is in
+#     session C: tests/ssh, then tests/e2e (once Isaac Lab's venv is in), then side_files in
+#                partition side
 # The files moved off session A are Slurm tests that name no node of node1..node4 (their node
 # faults, if any, land on the job's own nodes), their jobs sent to their partition by Slurm's own
 # SBATCH_PARTITION (it overrides the job script's #SBATCH --partition; session B's cluster has
@@ -188,24 +201,24 @@ side2_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tests
 # (A real preemption that hpctrain requeues on 22.05: tests/slurm/test_containers.py, session C.)
 t=$SECONDS
 (
-    pytest_session local tests/local && rc=0 || rc=$?
-    echo "tests/local: $((SECONDS - t)) s"
-    t_side2=$SECONDS
     HPCTRAIN_CLUSTER_SLURM=24.11 RUN_IN="bash tests/cluster/release-exec.sh" \
         pytest_session slurm-24.11 "${side2_files[@]}" && rc_side2=0 || rc_side2=$?
-    echo "${side2_files[*]}: $((SECONDS - t_side2)) s (Slurm 24.11, after tests/local)"
+    echo "${side2_files[*]}: $((SECONDS - t)) s (Slurm 24.11)"
+    t_local=$SECONDS
+    isaaclab_ready && pytest_session local tests/local && rc=0 || rc=$?
+    echo "tests/local: $((SECONDS - t_local)) s (after the Slurm 24.11 files)"
     exit $((rc || rc_side2))
 ) >"${logs}/b.out" 2>&1 &
 b_pid=$!
 (
-    pytest_session e2e tests/e2e && rc=0 || rc=$?
-    echo "tests/e2e: $((SECONDS - t)) s"
-    t_ssh=$SECONDS
     pytest_session ssh tests/ssh && rc_ssh=0 || rc_ssh=$?
-    echo "tests/ssh: $((SECONDS - t_ssh)) s (after tests/e2e)"
+    echo "tests/ssh: $((SECONDS - t)) s"
+    t_e2e=$SECONDS
+    isaaclab_ready && pytest_session e2e tests/e2e && rc=0 || rc=$?
+    echo "tests/e2e: $((SECONDS - t_e2e)) s (after tests/ssh)"
     t_side=$SECONDS
     SBATCH_PARTITION=side pytest_session slurm-side "${side_files[@]}" && rc_side=0 || rc_side=$?
-    echo "${side_files[*]}: $((SECONDS - t_side)) s (partition side, after tests/ssh)"
+    echo "${side_files[*]}: $((SECONDS - t_side)) s (partition side, after tests/e2e)"
     exit $((rc || rc_ssh || rc_side))
 ) >"${logs}/c.out" 2>&1 &
 c_pid=$!
@@ -215,11 +228,11 @@ pytest_session slurm -m "not alone" "${side_files[@]/#/--ignore=}" "${side2_file
     rc_slurm=0 || rc_slurm=$?
 echo "tests/slurm: $((SECONDS - t)) s"
 wait "${b_pid}" && rc_b=0 || rc_b=$?
-echo "----- tests/local (the second session)"
+echo "----- Slurm 24.11's files, then tests/local (the second session)"
 cat "${logs}/b.out"
 wait "${c_pid}" && rc_c=0 || rc_c=$?
 session_pids=
-echo "----- tests/e2e, then tests/ssh, then Slurm tests on the side nodes (the third session)"
+echo "----- tests/ssh, then tests/e2e, then Slurm tests on the side nodes (the third session)"
 cat "${logs}/c.out"
 slowest
 echo "whole run: $((SECONDS - start)) s"
