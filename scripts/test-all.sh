@@ -26,12 +26,6 @@ logs=$(mktemp -d)
 # ~1-2 min, installed while the rest installs and the unit tier runs.
 bash scripts/install-ding-venv.sh >"${logs}/ding.log" 2>&1 &
 ding_pid=$!
-# The real Isaac Lab 3.0 in its own Python 3.12 venv, its asset root and Warp's kernels (~2 min,
-# 7.4 GB, mostly CUDA wheels its torch pin brings), beside the rest of the install, the unit tier
-# and the first tests: only tests/local and tests/e2e need it, and they wait for it themselves
-# (isaaclab_ready, below), after tests that do not.
-bash scripts/install-isaaclab.sh >"${logs}/isaaclab.log" 2>&1 &
-isaaclab_pid=$!
 # Debian's packages (Slurm, shellcheck...) beside the venv's: neither needs the other.
 bash scripts/install-system-deps.sh >"${logs}/apt.log" 2>&1 &
 apt_pid=$!
@@ -51,6 +45,13 @@ release_pid=$!
 .venv/bin/python -m compileall -q "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
     >"${logs}/compile.log" 2>&1 &
 compile_pid=$!
+# The real Isaac Lab 3.0 in its own Python 3.12 venv, its asset root and Warp's kernels (~2 min,
+# 7.4 GB, mostly the CUDA wheels its torch pin brings): after the venv above (its downloads and
+# disk writes slowed that install, which everything waits for, by ~45 s), beside the unit tier
+# and the first tests. Only tests/local and tests/e2e need it, and they wait for it themselves
+# (isaaclab_ready, below), after tests that do not.
+bash scripts/install-isaaclab.sh >"${logs}/isaaclab.log" 2>&1 &
+isaaclab_pid=$!
 if ! wait "${apt_pid}"; then
     cat "${logs}/apt.log" >&2
     echo "test-all: the system packages did not install" >&2

@@ -21,11 +21,13 @@ from tests.e2e.test_preempt_rl import check_plot
 from tests.slurm.survive import SIDE, preempt_by_high_job, slurm_log, wait_until
 
 ITERATIONS = 24
+# A job's time limit is its nodes' promise to Slurm: tests/slurm/test_pending.py reserves every
+# node 5 minutes ahead, which a longer limit on the side nodes would refuse ("nodes busy").
 
 
 def test_isaaclab3_preempted_across_nodes_resumes_where_it_saved(cli, cluster, tmp_path):
     job = cartpole_job("isaac3-cluster", ITERATIONS,
-                       resources={"nodes": 2, "procs_per_node": 1, "time": "00:10:00"})
+                       resources={"nodes": 2, "procs_per_node": 1, "time": "00:04:00"})
     job["args"] += ["agent.save_interval=2"]  # a Hydra override: periodic checkpoints to pass
     job_id, run_dir = submitted(cli("submit", write_job(tmp_path, job), "--site", cluster,
                                     *SIDE).stdout)
@@ -81,7 +83,7 @@ def test_isaaclab3_rl_games_and_skrl_train_across_nodes(library, cli, cluster, t
 
     args, pattern, last_step = OTHERS[library]
     job = cartpole_job(f"isaac3-{library}", 1, library=library,
-                       resources={"nodes": 2, "procs_per_node": 1, "time": "00:10:00"})
+                       resources={"nodes": 2, "procs_per_node": 1, "time": "00:04:00"})
     job["args"] = ["--num_envs", "32", *args]
     job_id, run_dir = submitted(cli("submit", write_job(tmp_path, job), "--site", cluster,
                                     *SIDE).stdout)

@@ -22,7 +22,7 @@ def test_isaaclab3_study_over_the_learning_rate(cli, tmp_path):
     job = cartpole_job("isaac3-study", 3, resources=ONE_RANK)
     job["args"] += ["agent.algorithm.learning_rate=1.0e-3", "agent.algorithm.schedule=fixed"]
     job["search"] = {"params": {"agent.algorithm.learning_rate": {"low": 1e-4, "high": 1e-2, "log": True}},
-                     "metric": "reward", "direction": "maximize", "n_trials": 3, "parallel": 1,
+                     "metric": "reward", "direction": "maximize", "n_trials": 3, "parallel": 3,
                      "pruner": "none", "sampler": "random", "seed": 5}
     _, run_dir = submitted(cli("submit", write_job(tmp_path, job), "--wait", timeout=600).stdout)
     study = optuna.load_study(study_name=run_dir.name, storage=journal.storage(run_dir))

@@ -119,8 +119,10 @@ def test_run_behind_a_maintenance_reservation(cli, cluster, tmp_path, jobs, rese
 
 def test_maintenance_collision_warns_or_refuses_at_submit(cli, cluster, tmp_path, jobs,
                                                           reservations):
+    # ignore_jobs: every node, whatever the other sessions run there meanwhile (a job whose limit
+    # ends after the start would otherwise refuse the reservation: "Requested nodes are busy").
     _reserve(reservations, "hpct-maint-soon", "starttime=now+600", "duration=30", "nodes=ALL",
-             "flags=maint")
+             "flags=maint,ignore_jobs")
     # Ends before it: no warning, and the dry run says where and when it would start.
     short = cli("submit", _job(tmp_path, "coll-short", "00:03:00"), "--site", cluster, "--dry-run")
     assert "maintenance" not in short.stderr
@@ -134,7 +136,7 @@ def test_maintenance_collision_warns_or_refuses_at_submit(cli, cluster, tmp_path
     assert m and int(m.group(1)) <= 10, proc.stderr
     # A daily maintenance leaving 10-minute gaps: a 20-minute job can never start.
     _reserve(reservations, "hpct-maint-daily", "starttime=now+300", "duration=23:50:00",
-             "nodes=ALL", "flags=maint,daily")
+             "nodes=ALL", "flags=maint,daily,ignore_jobs")
     runs_before = sorted(p.name for p in (tmp_path / "runs").glob("*/*"))
     never = cli("submit", _job(tmp_path, "coll-never", "00:20:00"), "--site", cluster, check=False)
     assert never.returncode == 2, never.stdout + never.stderr
