@@ -39,7 +39,7 @@ export UV_CACHE_DIR="$VENV/cache/uv" WARP_CACHE_PATH="$VENV/cache/warp" XDG_CACH
 # isaaclab_rl's rl-games wrapper imports gym beside gymnasium.
 # --compile-bytecode: every rank would otherwise compile Isaac Lab's, torch's and Warp's modules
 # anew (~9 core-seconds of its ~18-second start) wherever PYTHONDONTWRITEBYTECODE is set, as on
-# this project's machines; compiled once here, beside the unit tier.
+# this project's machines; compiled once here.
 "$VENV/bin/python" -m uv pip install -q --compile-bytecode --python "$VENV/bin/python" \
     "isaaclab[rsl-rl,skrl]==$RELEASE" "rl-games==1.6.5" gym
 "$VENV/bin/python" tests/programs/isaac_asset_root.py "$VENV/assets"

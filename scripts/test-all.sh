@@ -45,13 +45,6 @@ release_pid=$!
 .venv/bin/python -m compileall -q "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
     >"${logs}/compile.log" 2>&1 &
 compile_pid=$!
-# The real Isaac Lab 3.0 in its own Python 3.12 venv, its asset root and Warp's kernels (~2 min,
-# 7.4 GB, mostly the CUDA wheels its torch pin brings): after the venv above (its downloads and
-# disk writes slowed that install, which everything waits for, by ~45 s), beside the unit tier
-# and the first tests. Only tests/local and tests/e2e need it, and they wait for it themselves
-# (isaaclab_ready, below), after tests that do not.
-bash scripts/install-isaaclab.sh >"${logs}/isaaclab.log" 2>&1 &
-isaaclab_pid=$!
 if ! wait "${apt_pid}"; then
     cat "${logs}/apt.log" >&2
     echo "test-all: the system packages did not install" >&2
@@ -161,6 +154,8 @@ grep -h "install-slurm-release:" "${logs}/release.log" || true
 cat "${logs}/up-24.11.log"
 
 if (($# > 0)); then
+    bash scripts/install-isaaclab.sh >"${logs}/isaaclab.log" 2>&1 &
+    isaaclab_pid=$!
     isaaclab_ready
     pytest_session selected "$@" && rc=0 || rc=$?
     slowest
@@ -175,6 +170,14 @@ export HPCTRAIN_TEST_CLUSTER_SHARED=1
 t=$SECONDS
 pytest_session alone -m alone tests/slurm && rc_alone=0 || rc_alone=$?
 echo "tests marked alone: $((SECONDS - t)) s"
+
+# The real Isaac Lab 3.0 in its own Python 3.12 venv, its asset root and Warp's kernels (~2 min,
+# 7.4 GB, mostly the CUDA wheels its torch pin brings), beside the first tests of the sessions
+# below: only tests/local and tests/e2e need it, and they wait for it themselves (isaaclab_ready)
+# after tests that do not (~3 and ~5 minutes of them). Earlier it would lengthen the critical
+# path: beside the venv's install it slowed that by ~45 s, beside the unit tier that by ~50 s.
+bash scripts/install-isaaclab.sh >"${logs}/isaaclab.log" 2>&1 &
+isaaclab_pid=$!
 
 # 3. Three sessions side by side, on parts of the cluster that never meet: a Slurm test alters
 # nodes (a head name resolving to loopback, a link cut, an sshd stopped) and preempts with

@@ -70,10 +70,10 @@ def test_isaaclab3_preempted_across_nodes_resumes_where_it_saved(cli, cluster, t
 # rl_games: its Cartpole minibatch (8192) must divide one rank's batch (32 envs x 16 steps), and
 # torch.compile (on by default in 3.0's config) would spend ~40 s compiling on the CPU.
 OTHERS = {
-    "rl_games": (["--max_iterations", "6", "agent.params.config.minibatch_size=512",
+    "rl_games": (["--max_iterations", "4", "agent.params.config.minibatch_size=512",
                   "agent.params.config.torch_compile=false"],
-                 "logs/rl_games/cartpole/hpctrain/nn/last_cartpole_ep_6_rew_*.pth", 6),
-    "skrl": (["--max_iterations", "10"], "logs/skrl/cartpole/hpctrain*/checkpoints/agent_*.pt", 160),
+                 "logs/rl_games/cartpole/hpctrain/nn/last_cartpole_ep_4_rew_*.pth", 4),
+    "skrl": (["--max_iterations", "4"], "logs/skrl/cartpole/hpctrain*/checkpoints/agent_*.pt", 64),
 }
 
 

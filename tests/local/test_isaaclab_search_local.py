@@ -19,7 +19,7 @@ ONE_RANK = {"nodes": 1, "procs_per_node": 1, "time": "00:10:00"}
 
 
 def test_isaaclab3_study_over_the_learning_rate(cli, tmp_path):
-    job = cartpole_job("isaac3-study", 3, resources=ONE_RANK)
+    job = cartpole_job("isaac3-study", 3, num_envs=16, resources=ONE_RANK)
     job["args"] += ["agent.algorithm.learning_rate=1.0e-3", "agent.algorithm.schedule=fixed"]
     job["search"] = {"params": {"agent.algorithm.learning_rate": {"low": 1e-4, "high": 1e-2, "log": True}},
                      "metric": "reward", "direction": "maximize", "n_trials": 3, "parallel": 3,
@@ -45,7 +45,7 @@ def test_isaaclab3_study_over_the_learning_rate(cli, tmp_path):
 
 
 def test_isaaclab3_population_copies_a_checkpoint_and_resumes_from_it(cli, tmp_path):
-    job = cartpole_job("isaac3-pbt", 8, resources=ONE_RANK)
+    job = cartpole_job("isaac3-pbt", 8, num_envs=16, resources=ONE_RANK)
     job["args"] += ["agent.algorithm.entropy_coef=0.005", "agent.save_interval=2"]
     job["search"] = {"method": "pbt", "parallel": 2, "seed": 7,
                      "params": {"agent.algorithm.entropy_coef": {"low": 1e-4, "high": 0.1, "log": True}},
