@@ -45,6 +45,14 @@ release_pid=$!
 .venv/bin/python -m compileall -q "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
     >"${logs}/compile.log" 2>&1 &
 compile_pid=$!
+# The real Isaac Lab 3.0 in its own Python 3.12 venv, its asset root and Warp's kernels (~2 min,
+# 7.4 GB, mostly the CUDA wheels its torch pin brings), beside the unit tier and the first tests.
+# Only tests/local and tests/e2e need it, and they wait for it themselves (isaaclab_ready, below),
+# after tests that do not. Measured on fresh clones: started before the venv above, it slowed
+# that install (which everything waits for) by ~45 s; started after the alone tier, it slowed
+# the sessions' first tests by more than it saved (1304 s in all against 1223 s here).
+bash scripts/install-isaaclab.sh >"${logs}/isaaclab.log" 2>&1 &
+isaaclab_pid=$!
 if ! wait "${apt_pid}"; then
     cat "${logs}/apt.log" >&2
     echo "test-all: the system packages did not install" >&2
@@ -170,14 +178,6 @@ export HPCTRAIN_TEST_CLUSTER_SHARED=1
 t=$SECONDS
 pytest_session alone -m alone tests/slurm && rc_alone=0 || rc_alone=$?
 echo "tests marked alone: $((SECONDS - t)) s"
-
-# The real Isaac Lab 3.0 in its own Python 3.12 venv, its asset root and Warp's kernels (~2 min,
-# 7.4 GB, mostly the CUDA wheels its torch pin brings), beside the first tests of the sessions
-# below: only tests/local and tests/e2e need it, and they wait for it themselves (isaaclab_ready)
-# after tests that do not (~3 and ~5 minutes of them). Earlier it would lengthen the critical
-# path: beside the venv's install it slowed that by ~45 s, beside the unit tier that by ~50 s.
-bash scripts/install-isaaclab.sh >"${logs}/isaaclab.log" 2>&1 &
-isaaclab_pid=$!
 
 # 3. Three sessions side by side, on parts of the cluster that never meet: a Slurm test alters
 # nodes (a head name resolving to loopback, a link cut, an sshd stopped) and preempts with
