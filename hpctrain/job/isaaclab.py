@@ -31,6 +31,7 @@ from typing import NamedTuple
 import msgspec
 
 from ..errors import HpctrainError, nearest
+from ..runs.untrusted import read_text
 from ..libraries.isaaclab import generation
 from ..schema.spec import JobSpec
 
@@ -60,18 +61,11 @@ class Install(NamedTuple):
 
 
 def _read(path: str, limit: int = _MAX_READ) -> str:
-    """A regular file's first bytes as text; '' when it is not one."""
+    """A regular file's text (runs/untrusted.py's bounded read); '' when it is not one."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        return read_text(path, limit)
     except OSError:
         return ""
-    try:
-        import stat
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        return os.read(fd, limit).decode("utf-8", "replace")
-    finally:
-        os.close(fd)
 
 
 def _task_ids(package_dirs: list[str]) -> frozenset[str]:
