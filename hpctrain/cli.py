@@ -345,26 +345,28 @@ def cmd_status(args) -> int:
 
 
 def _study_notes(rows) -> dict:
-    """run path -> (the study's one-line summary, its JSON) for the rows that are studies; a
-    study whose journal cannot be read says why in its row, the other rows are shown as ever."""
+    """run path -> (the study's one-line summary, what it was made from, "study" or
+    "population") for the rows that are studies; a study whose journal or a population whose
+    lineage cannot be read says why in its own row, the other rows are shown as ever."""
     from pathlib import Path
     from .runs.records import Run
     from .search import follow
     notes = {}
+    budget = [follow.LIST_BYTES]  # journals' bytes the whole table may read (follow.listed)
     for r in rows:
         run = Run(Path(r.path))
         if not follow.is_study(run):
             continue
+        kind = "population" if _pbt(run) else "study"
         try:
-            if _pbt(run):  # a population: its members and best, not an Optuna study
+            if kind == "population":  # its members and best, not an Optuna study
                 from .search.pbt import cost, show as pbt_show
                 pop = pbt_show.population(run)
-                notes[r.path] = (cost.summary(pop), pop)
+                notes[r.path] = (cost.summary(pop), pop, kind)
                 continue
-            found = follow.status(run)
-            notes[r.path] = (follow.summary(found), found)
-        except HpctrainError as exc:
-            notes[r.path] = (f"study: {exc.what}", None)
+            notes[r.path] = (*follow.listed(run, budget), kind)
+        except HpctrainError as exc:  # this run's row says why; the others are shown as ever
+            notes[r.path] = (f"study: {exc.what}", None, kind)
     return notes
 
 
@@ -380,16 +382,14 @@ def cmd_list(args) -> int:
         for r in rows:
             d = r.to_json()
             if r.path in notes:
-                text, found = notes[r.path]
-                from .search.pbt.show import Population
-                key = "population" if isinstance(found, Population) else "study"
+                text, found, key = notes[r.path]
                 d[key] = json.loads(as_json(found)) if found else {"error": text}
             out.append(d)
         print(json.dumps(out, indent=2))
     elif not rows:
         print("no runs yet: `hpctrain submit job.yaml` starts one")
     else:
-        print(format_table(rows, {path: text for path, (text, _) in notes.items()}))
+        print(format_table(rows, {path: text for path, (text, _, _) in notes.items()}))
     return 0
 
 

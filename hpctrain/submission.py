@@ -267,10 +267,9 @@ def _write_job_dir(prep: Prepared, d: Path) -> Path | None:
                                prep.record["extra"]["study"]["python"])
         journal.create(d, prep.run_id, prep.job.spec.search)
         if prep.study_function is not None:  # read by each trial's search/call.py
+            from .rank.records import write_file
             from .search.call import FUNCTION
-            tmp = d / f"{FUNCTION}.tmp"
-            tmp.write_bytes(prep.study_function)
-            os.replace(tmp, d / FUNCTION)
+            write_file(str(d / FUNCTION), prep.study_function, str(d))  # whole, never via a link
         return script
     import shutil
     shutil.copytree(RANK_DIR, d / "rank", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -128,7 +128,9 @@ def _refuse(fd: int, name: str, path: str, want: str) -> NotRegular:
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _parts(path: str, root: str | None) -> tuple[str, list[str], str]:
+def under_root(path: str, root: str | None) -> tuple[str, list[str], str]:
+    """(root, the directories between it and `path`, path's own name): `path` must lie below
+    `root` (default: its own directory), with no '..' on the way."""
     root = root if root is not None else (os.path.dirname(path) or ".")
     rel = os.path.relpath(path, root).split(os.sep)
     if rel[0] == os.pardir or os.pardir in rel or rel[-1] in ("", os.curdir):
@@ -174,7 +176,7 @@ def replacing(path: str, root: str | None = None):
     directory between is made or entered without following a link, and a link, a pipe or any
     other non-regular file at `path` is refused (NotRegular) before anything is written."""
     import stat
-    root, parts, name = _parts(path, root)
+    root, parts, name = under_root(path, root)
     fd = open_dir(root, parts)
     try:
         try:
@@ -211,7 +213,7 @@ def open_append(path: str, root: str | None = None, mode: str = "ab", **kwargs):
     never through a link, never a pipe or device (opened without waiting, then refused), never
     a file with other hard links (someone else's file put there)."""
     import stat
-    root, parts, name = _parts(path, root)
+    root, parts, name = under_root(path, root)
     fd = open_dir(root, parts)
     try:
         try:

@@ -114,12 +114,15 @@ class Run(msgspec.Struct):
         return self.path.name
 
 
-def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    if mode is not None:
-        tmp.chmod(mode)
-    os.replace(tmp, path)
+def write_atomic(path: Path, text: str, mode: int | None = None, root=None) -> None:
+    """`path`'s text replaced whole (a reader sees the old file or the new one), the one way
+    into a run directory (rank/records.replacing): never through a link at `path` or at any
+    directory between `root` (default: the file's own directory) and it."""
+    from ..rank.records import replacing
+    with replacing(str(path), None if root is None else str(root)) as f:
+        if mode is not None:
+            os.fchmod(f.fileno(), mode)
+        f.write(text.encode("utf-8"))
 
 
 SUBMITTING = ".submitting"  # held locked (flock) by the submit that creates the run

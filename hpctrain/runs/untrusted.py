@@ -33,6 +33,7 @@ MAX_LIST = 100_000  # entries of one list of a record
 MAX_LINE = 1 << 20  # one line of a .jsonl file (a sample line is ~200 bytes)
 MAX_COMMAND_BYTES = 1 << 30  # bytes one command reads from run directories, all files together
 MAX_FILES = 100_000  # files one command reads from run directories
+MAX_DEPTH = 64  # lists and mappings within one another in one record (hpctrain's nest < 10)
 
 # Ids as hpctrain makes them: run ids (runs/records.new_run_id), job names, job ids of any backend
 # (1234, 1234_5, local-4321, ws1:4321): letters, digits and . _ - : @, never a space, a newline,
@@ -129,6 +130,36 @@ def read_lines(path, budget: Budget | None = None, limit: int = MAX_RECORD,
                 return
         if pending and count < max_lines and read < limit and len(pending) <= max_line:
             yield pending
+
+
+def nested_within(value, limit: int = MAX_DEPTH) -> bool:
+    """Whether a decoded JSON value holds lists and mappings at most `limit` deep. A record
+    nested thousands deep decodes (the parsers stop near 1,000), then breaks whatever walks it
+    next with a RecursionError: a deepcopy, str(), an encoder. Walked here without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        children = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth >= limit:
+                    return False
+                stack.append((child, depth + 1))
+    return True
+
+
+def json_record(line: bytes, limit: int = MAX_DEPTH):
+    """One JSON value of a run directory's file (a .jsonl line, a journal record): ValueError
+    when it is not JSON or nests deeper than `limit` (RecursionError included)."""
+    import json
+    try:
+        value = json.loads(line)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    # Fewer brackets than the bound cannot nest deeper than it: most records are not walked.
+    if line.count(b"[") + line.count(b"{") > limit and not nested_within(value, limit):
+        raise ValueError("nested too deeply")
+    return value
 
 
 # ----------------------------------------------------------------------------- writing

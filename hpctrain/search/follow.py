@@ -22,7 +22,7 @@ from ..errors import HpctrainError
 from ..rank.printable import clean
 from ..runs.records import Run
 from ..runs.untrusted import JOB_ID, job_doc
-from .reading import JOURNAL, load
+from .reading import JOURNAL, MAX_JOURNAL, load, size
 
 MAX_PARAMS = 64  # parameters shown per trial
 MAX_TRIALS = 1_000_000
@@ -188,10 +188,11 @@ def is_study(run: Run) -> bool:
     return kind == "study" or os.path.lexists(run.path / JOURNAL)
 
 
-def read(run: Run, now: float | None = None):
-    """(StudyStatus, the Optuna trials it was made from) for the study run."""
+def read(run: Run, now: float | None = None, limit: int = MAX_JOURNAL):
+    """(StudyStatus, the Optuna trials it was made from) for the study run; its journal read
+    up to `limit` bytes (HpctrainError beyond)."""
     rec = run.record
-    study, trials = load(run.path, run.id)
+    study, trials = load(run.path, run.id, limit)
     now = time.time() if now is None else now
     direction = _direction(study)
     attrs = study.user_attrs if isinstance(study.user_attrs, dict) else {}
@@ -219,8 +220,8 @@ def read(run: Run, now: float | None = None):
     return st, trials
 
 
-def status(run: Run, now: float | None = None) -> StudyStatus:
-    return read(run, now)[0]
+def status(run: Run, now: float | None = None, limit: int = MAX_JOURNAL) -> StudyStatus:
+    return read(run, now, limit)[0]
 
 
 def best(run: Run) -> Best:
@@ -232,6 +233,28 @@ def best(run: Run) -> Best:
                             fix=f"wait for one (hpctrain status {st.run_id})")
     return Best(number=st.best.number, value=st.best.value, params=dict(st.best.params),
                 metric=st.metric, direction=st.direction, run_id=st.run_id)
+
+
+# `list` shows one line per run, and must stay quick with many studies in its table: it reads
+# a journal only up to LIST_JOURNAL (some 50,000 trials' records, under a second), and all of
+# them together up to LIST_BYTES; a larger one's row says so and where to look at it.
+LIST_JOURNAL = 8 << 20
+LIST_BYTES = 32 << 20
+
+
+def listed(run: Run, budget: list[int]) -> tuple[str, StudyStatus | None]:
+    """A study's one-line summary for `list` and its status (None when it was not read, too
+    large for a list). budget: [bytes of journals `list` may still read], charged here.
+    HpctrainError when the journal cannot be read, as for `status`."""
+    n = size(run.path) or 0
+    if n > LIST_JOURNAL:
+        return (f"study: too large to list ({max(1, n >> 20)} MiB journal; hpctrain status "
+                f"{run.id})", None)
+    if n > budget[0]:
+        return f"study: not read for this list (hpctrain status {run.id})", None
+    budget[0] -= n
+    st = status(run, limit=LIST_JOURNAL)
+    return summary(st), st
 
 
 def summary(st: StudyStatus) -> str:

@@ -7,19 +7,19 @@ place). A stop the study made itself is lifted, and n_trials may grow
 from __future__ import annotations
 
 from ..errors import HpctrainError
-from . import journal
+from . import journal, reading
 from .spaces import optuna
-from .trials import read_study_job
+from .trials import study_search
 from .worker import ADOPT, WORKER_GONE
 
 
 def continue_study(run_dir, n_trials: int | None = None) -> int:
     """Returns how many RUNNING trials were marked gone (the others are adopted)."""
-    import msgspec
-    from ..schema.spec import Search
     o = optuna()
-    study_job = read_study_job(run_dir)
-    search = msgspec.convert(study_job.spec["search"], Search)
+    study_job, search = study_search(run_dir)
+    # Read first as `status` reads it (bounded, each record checked, replayed apart): a damaged
+    # journal is one error naming the damage, before anything is written to it.
+    reading.load(run_dir, study_job.run_id)
     study = journal.load(run_dir, study_job.run_id, search)
     if n_trials is not None:
         if n_trials < 1:

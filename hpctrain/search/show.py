@@ -14,6 +14,9 @@ from ..rank.printable import shown
 from .follow import StudyReport, StudyStatus, TrialRow
 
 
+SHOWN_TRIALS = 1000  # trial lines on a terminal: the newest; --json has every one
+
+
 def num(v: float | None) -> str:
     return "-" if v is None else f"{v:.4g}"
 
@@ -65,15 +68,19 @@ def format_study(st: StudyStatus, workers: str | None = None) -> str:
         lines.append(f"stopped   {st.stopped}")
     lines.append(f"directory {st.path}")
     lines.append(f"dashboard optuna-dashboard {st.journal}")
+    shown_rows = st.trials[-SHOWN_TRIALS:]
     if st.trials:
         latest_w = max([len("latest@step")] + [len(f"{r.latest:.4g}@{r.latest_step}")
-                                                for r in st.trials if r.latest is not None])
+                                                for r in shown_rows if r.latest is not None])
         where_w = max([len("where")] + [len(("-" if r.worker is None else f"w{r.worker}")
-                                            + (f" {r.nodes}" if r.nodes else "")) for r in st.trials])
+                                            + (f" {r.nodes}" if r.nodes else "")) for r in shown_rows])
         lines.append("")
         lines.append(f"{'#':>4}  {'state':<8}  {'value':>9}  {'best':>9}  {'latest@step':>{latest_w}}  "
                      f"{'time':>8}  {'where':<{where_w}}  params")
-        lines += [trial_line(r, (latest_w, where_w)) for r in st.trials]
+        if len(st.trials) > len(shown_rows):
+            lines.append(f"  ... {len(st.trials) - len(shown_rows)} earlier trial(s) not shown "
+                         "(status --json lists every one)")
+        lines += [trial_line(r, (latest_w, where_w)) for r in shown_rows]
     return shown("\n".join(lines))
 
 

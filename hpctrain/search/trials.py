@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import msgspec
@@ -22,9 +21,11 @@ from ..job.load import Job
 from ..job.plan import make_plan
 from ..job.search import trial_spec
 from ..rendering.templates import render_plan
+from ..runs import tree
 from ..runs.records import write_atomic
-from ..runs.untrusted import read_regular
-from ..schema.spec import SiteProfile
+from ..errors import HpctrainError
+from ..runs.untrusted import nested_within, read_regular
+from ..schema.spec import Search, SiteProfile
 
 STUDY_JOB = "study/job.json"
 RANK_DIR = Path(rank_package.__file__).parent
@@ -46,12 +47,33 @@ def write_study_job(run_dir: Path, job: Job, run_id: str, code_dir: str | None,
                     python: list[str]) -> None:
     data = StudyJob(run_id=run_id, spec=job.resolved(), site=job.site, site_ref=job.site_ref,
                     source=job.source, workdir=job.workdir, code_dir=code_dir, python=python)
-    (run_dir / "study").mkdir(parents=True, exist_ok=True)
-    write_atomic(run_dir / STUDY_JOB, msgspec.json.encode(data).decode())
+    write_atomic(run_dir / STUDY_JOB, msgspec.json.encode(data).decode(), root=run_dir)
 
 
 def read_study_job(run_dir) -> StudyJob:
-    return msgspec.json.decode(read_regular(Path(run_dir) / STUDY_JOB, 8 << 20), type=StudyJob)
+    """study/job.json, typed: OSError (not a regular file, too large) or ValueError (not a
+    study's job: not JSON, a wrong type, nested too deeply)."""
+    path = Path(run_dir) / STUDY_JOB
+    try:
+        job = msgspec.json.decode(read_regular(path, 8 << 20), type=StudyJob)
+    except RecursionError:  # msgspec's own stop for deep nesting
+        raise msgspec.ValidationError(f"{path}: nested too deeply") from None
+    if not nested_within(job.spec):
+        raise msgspec.ValidationError(f"{path}: nested too deeply")
+    return job
+
+
+def study_search(run_dir) -> tuple[StudyJob, Search]:
+    """The study's job and its search: section, checked again; HpctrainError naming the file."""
+    path = Path(run_dir) / STUDY_JOB
+    try:
+        job = read_study_job(run_dir)
+        return job, msgspec.convert(job.spec.get("search"), Search)
+    except (OSError, ValueError) as exc:
+        raise HpctrainError(f"cannot read the study's job {path}: "
+                            f"{getattr(exc, 'strerror', None) or exc}",
+                            fix="restore it (hpctrain writes it at submit) or submit the job "
+                            "again") from None
 
 
 def trial_job(study: StudyJob, values: dict, requeue: bool) -> Job:
@@ -74,22 +96,25 @@ def write_trial(run_dir, number: int, study: StudyJob, values: dict, requeue: bo
     d = trial_dir(run_dir, number)
     plan = make_plan(trial_job(study, values, requeue), str(d), study.code_dir)
     chosen = backend_class(plan.backend)()
+    # Everything below the study's directory is made and written without following a link
+    # (runs/tree.py, rank/records.replacing): a link planted as trials/<n> or one of its
+    # folders fails this trial with that cause (OSError), and nothing is written through it.
     for sub in ("logs", "status"):
-        (d / sub).mkdir(parents=True, exist_ok=True)
+        tree.make_dirs(d / sub, run_dir)
     script = d / chosen.script_name
-    write_atomic(script, render_plan(plan, chosen.header(plan.directives)), mode=0o755)
-    write_atomic(d / "params.json", json.dumps(values, sort_keys=True) + "\n")
-    write_atomic(d / "job.yaml", _yaml(study, values))
-    # Copied whole, then put in place: a worker killed mid-copy leaves a partial rank/, which
-    # the next attempt of the trial (adopted or requeued) replaces.
+    write_atomic(script, render_plan(plan, chosen.header(plan.directives)), mode=0o755,
+                 root=run_dir)
+    write_atomic(d / "params.json", json.dumps(values, sort_keys=True) + "\n", root=run_dir)
+    write_atomic(d / "job.yaml", _yaml(study, values), root=run_dir)
+    # Copied whole, then put in place: a worker killed mid-copy leaves a partial copy under its
+    # hidden name, which the next attempt of the trial (adopted or requeued) removes.
     fresh = d / f".rank-{os.getpid()}"
-    shutil.rmtree(fresh, ignore_errors=True)
-    shutil.copytree(RANK_DIR, fresh, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    if (d / "rank").exists() or (d / "rank").is_symlink():
-        shutil.rmtree(d / "rank")  # refuses a link: the trial then fails with that cause
-    os.replace(fresh, d / "rank")
+    tree.remove(fresh, run_dir)
+    tree.copy_tree(RANK_DIR, fresh, run_dir)
+    tree.remove(d / "rank", run_dir)  # a link there goes itself: what it points at stays
+    tree.rename(fresh, d / "rank", run_dir)
     from ..rank.records import write_json
-    write_json(str(d / "bootstrap.json"), plan.bootstrap)
+    write_json(str(d / "bootstrap.json"), plan.bootstrap, root=str(run_dir))
     return script, plan
 
 

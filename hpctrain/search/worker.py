@@ -27,11 +27,10 @@ import time
 from pathlib import Path
 
 from ..job.search import max_failures
-from ..rank.records import read_job_failure, read_progress
-from ..schema.spec import Search
-from . import journal
+from ..rank.records import open_append, read_job_failure, read_progress
+from . import journal, reading
 from .spaces import distributions, optuna
-from .trials import read_study_job, trial_dir, write_trial
+from .trials import study_search, trial_dir, write_trial
 
 POLL = 0.5  # seconds between two looks at a running trial's progress
 WORKER_GONE = "worker gone"
@@ -115,9 +114,8 @@ class Worker:
     def __init__(self, run_dir: str, index: int):
         self.run_dir = Path(run_dir)
         self.index = index
-        self.study_job = read_study_job(run_dir)
-        import msgspec
-        self.search = msgspec.convert(self.study_job.spec["search"], Search)
+        self.study_job, self.search = study_search(run_dir)
+        reading.load(run_dir, self.study_job.run_id)  # damage: one error, as `status` says it
         self.study = journal.load(run_dir, self.study_job.run_id, self.search, index)
         self.dists = distributions(self.search)
         self.job = job_ref()
@@ -219,7 +217,11 @@ class Worker:
         except Exception as exc:  # a value the job cannot take: this trial fails, not the study
             return self.fail(trial, number, f"could not prepare the trial: {exc}")
         log(f"trial {number}: {params}")
-        with open(d / "logs" / "job.out", "ab") as out:
+        try:  # never through a link (rank/records.open_append), as write_trial wrote the rest
+            out = open_append(str(d / "logs" / "job.out"), str(self.run_dir))
+        except OSError as exc:
+            return self.fail(trial, number, f"could not open its log: {exc}")
+        with out:
             # Here (the local site) the trial's shell leads a session of its own, as a submitted
             # job's does: its status/pid then names it to cancel and to `submit --resume`
             # (backends/local.processes_of), also after this worker is killed. Under a scheduler

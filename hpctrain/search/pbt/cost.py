@@ -13,7 +13,7 @@ from ...runs.records import Run
 from ..trials import trial_dir
 from . import lineage
 from .lineage import Record
-from .show import Population, shown_number, population
+from .show import Population, bad, shown_number, population
 
 
 class MemberCost(msgspec.Struct, kw_only=True):
@@ -59,7 +59,10 @@ def cost(run: Run, now: float | None = None) -> PopulationReport:
     from ...follow.report import directory_report
     from ..follow import gpus_per_node
     pop = population(run)
-    recs = lineage.read_all(run.path, len(pop.members))
+    try:
+        recs = lineage.read_all(run.path, len(pop.members))
+    except OSError as exc:  # changed since population() read it
+        raise bad(f"lineage cannot be read: {exc}") from None
     nodes, per_node = run.record.nodes, gpus_per_node(run)
     gpus = nodes * per_node
     now = time.time() if now is None else now

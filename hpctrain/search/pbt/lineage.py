@@ -7,7 +7,9 @@
 
 Each member appends only to its own file, so no lock is needed; a checkpoint is copied under a
 hidden name and renamed into place before the record naming it is written, so a member never
-reads a checkpoint still being written. Everything here is read back as untrusted: regular files
+reads a checkpoint still being written. Every write and removal here goes below the run
+directory without following a link (rank/records.open_append and replacing, runs/tree.py): a
+link planted as a member's slot or file is refused, or removed itself, never written through. Everything here is read back as untrusted: regular files
 only, bounded in bytes and lines, typed by msgspec, and a checkpoint's place is derived from the
 member, the interval and a checked relative path, never taken as a path from the record.
 """
@@ -17,18 +19,20 @@ import math
 import os
 import re
 import shutil
-import stat
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
-from ...runs.untrusted import Unreadable, open_regular
+from ...rank.records import open_append, replacing
+from ...runs import tree
+from ...runs.untrusted import Budget, Unreadable, nested_within, open_regular
 
 POPULATION = "population"
 MAX_LINEAGE = 16 << 20  # bytes of one member's history (~300 bytes a record)
 MAX_RECORDS = 50_000
 MAX_MEMBERS = 4096
+MAX_POPULATION = 64 << 20  # bytes of every member's history together (~64 members' 1 MB)
 _REL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._=+-]{0,200}(/[A-Za-z0-9_][A-Za-z0-9._=+-]{0,200}){0,15}")
 Event = Literal["start", "ready", "exploit", "restart", "end", "failed"]
 
@@ -85,16 +89,12 @@ def record_path(run_dir, rec: "Record") -> Path:
 
 
 def append(run_dir, rec: Record) -> None:
-    """One line onto the member's own history, whole (O_APPEND, one write), then to disk."""
-    path = lineage_path(run_dir, rec.member)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """One line onto the member's own history, whole (O_APPEND, one write), then to disk; the
+    file and population/ made and entered without following a link (rank/records.open_append)."""
     line = msgspec.json.encode(rec) + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with open_append(str(lineage_path(run_dir, rec.member)), str(run_dir)) as f:
+        os.write(f.fileno(), line)
+        os.fsync(f.fileno())
 
 
 def _valid(rec: Record, member: int) -> bool:
@@ -103,58 +103,75 @@ def _valid(rec: Record, member: int) -> bool:
             and 0 <= rec.interval < (1 << 40) and (rec.step is None or 0 <= rec.step < (1 << 62))
             and (rec.parent is None or 0 <= rec.parent < MAX_MEMBERS)
             and (rec.checkpoint is None or good_rel(rec.checkpoint))
-            and len(rec.params) <= 64 and len(rec.note) <= 1000)
+            and len(rec.params) <= 64 and len(rec.note) <= 1000 and nested_within(rec.params))
 
 
-def read(run_dir, member: int) -> list[Record]:
+def read(run_dir, member: int, budget: Budget | None = None) -> list[Record]:
     """Member's history, oldest first; a torn or malformed line is left out (a writer killed
-    mid-line), as is any record that fails its checks. [] when there is none yet."""
+    mid-line), as is any record that fails its checks. [] when there is none yet. Unreadable
+    (an OSError) when the file is not a regular file, is larger than MAX_LINEAGE, or goes
+    beyond what `budget` has left."""
     path = lineage_path(run_dir, member)
     try:
         with open_regular(path) as f:
+            if os.fstat(f.fileno()).st_size > MAX_LINEAGE:
+                raise Unreadable(0, f"{path} is larger than {MAX_LINEAGE >> 20} MiB")
+            if budget is not None:
+                budget.open(path)
             data = f.read(MAX_LINEAGE + 1)
     except FileNotFoundError:
         return []
     if len(data) > MAX_LINEAGE:
-        raise Unreadable(0, f"{path} is larger than {MAX_LINEAGE} bytes")
+        raise Unreadable(0, f"{path} is larger than {MAX_LINEAGE >> 20} MiB")
+    if budget is not None:
+        budget.take(path, len(data))
     out = []
     for line in data.split(b"\n")[:MAX_RECORDS]:
         if not line.strip():
             continue
         try:
             rec = msgspec.json.decode(line, type=Record)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # msgspec stops deep nesting so
             continue
         if _valid(rec, member):
             out.append(rec)
     return out
 
 
-def read_all(run_dir, members: int) -> dict[int, list[Record]]:
-    return {i: read(run_dir, i) for i in range(min(members, MAX_MEMBERS))}
+def read_all(run_dir, members: int, strict: bool = True) -> dict[int, list[Record]]:
+    """Every member's history, all files together within MAX_POPULATION bytes. strict: an
+    unreadable file raises (Unreadable, for whoever shows the population); else that member
+    has no records (a member comparing itself with the others goes on without it)."""
+    budget = Budget(MAX_POPULATION, MAX_MEMBERS)
+    out = {}
+    for i in range(min(members, MAX_MEMBERS)):
+        try:
+            out[i] = read(run_dir, i, budget)
+        except OSError:
+            if strict:
+                raise
+            out[i] = []
+    return out
 
 
-def copy_file(src: Path, dst: Path) -> int:
-    """Copy a regular file (no link followed at either end) to dst through a hidden name in its
-    directory, then rename: a reader of dst sees the whole file or none. Returns its size;
-    Unreadable when src is not a regular file or changed while it was copied."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.parent / f".{dst.name}.{os.getpid()}.part"
-    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def copy_file(src: Path, dst: Path, root=None) -> int:
+    """Copy a regular file to dst through a hidden name in its directory, then rename: a reader
+    of dst sees the whole file or none. Neither end is reached through a link: each directory
+    below `root` (the run directory; by default each file's own) is entered without following
+    one, and a link at src is refused (runs/tree.open_file, rank/records.replacing). Returns its
+    size; Unreadable when src changed while it was copied, OSError for the rest."""
+    fd = tree.open_file(src, src.parent if root is None else root)
     try:
         before = os.fstat(fd)
-        if not stat.S_ISREG(before.st_mode):
-            raise Unreadable(0, f"{src} is not a regular file")
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with open(fd, "rb", closefd=False) as reader, open(out, "wb") as writer:
+        with replacing(str(dst), None if root is None else str(root)) as writer, \
+                open(fd, "rb", closefd=False) as reader:
             shutil.copyfileobj(reader, writer, 1 << 20)  # whole writes, unlike one os.write
             writer.flush()
-            os.fsync(out)
-        after = os.fstat(fd)
+            os.fsync(writer.fileno())
+            after = os.fstat(fd)
+            if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+                # Raised inside the block: the hidden copy goes, dst stays as it was.
+                raise Unreadable(0, f"{src} changed while it was copied (still being written)")
     finally:
         os.close(fd)
-    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
-        os.unlink(tmp)
-        raise Unreadable(0, f"{src} changed while it was copied (still being written)")
-    os.replace(tmp, dst)
     return after.st_size

@@ -22,13 +22,16 @@ from __future__ import annotations
 import glob
 import os
 import random
+import stat
 import subprocess
 import sys
 import time
 
+from ...errors import HpctrainError
 from ...job.search import max_failures
 from ...rank.end.checkpoints import being_written
-from ...rank.records import read_job_failure
+from ...rank.records import open_append, read_job_failure
+from ...runs import tree
 from ..trials import trial_dir, write_trial
 from ..worker import POLL, Worker, log
 from ..worker import main as worker_main
@@ -43,7 +46,11 @@ class Member(Worker):
         super().__init__(run_dir, index)
         self.pbt = self.search.pbt
         self.dir = trial_dir(self.run_dir, index)
-        self.history = lineage.read(self.run_dir, index)
+        try:
+            self.history = lineage.read(self.run_dir, index)
+        except OSError as exc:
+            raise HpctrainError(f"member {index}'s history cannot be read: {exc}",
+                                fix="restore it, or remove it (the member starts afresh)") from None
         seed = self.search.seed
         # A member's draws are its own, and differ again after each restart of it.
         self.rng = random.Random(seed * 1_000_003 + index * 10_007 + len(self.history)
@@ -68,7 +75,8 @@ class Member(Worker):
         rising) would otherwise rank a member that lost time restarting below ones merely
         further along, and copying would repeat before its new values could show."""
         out = {}
-        for m, recs in lineage.read_all(self.run_dir, self.search.parallel).items():
+        # Another member's file that cannot be read leaves that member out (strict=False).
+        for m, recs in lineage.read_all(self.run_dir, self.search.parallel, strict=False).items():
             if m == self.index:
                 recs = self.history
             for rec in reversed(recs):
@@ -108,7 +116,8 @@ class Member(Worker):
 
     def save_to_workspace(self, interval: int, rel: str) -> bool:
         try:
-            lineage.copy_file(self.dir / rel, lineage.saved_path(self.run_dir, self.index, interval, rel))
+            lineage.copy_file(self.dir / rel, lineage.saved_path(self.run_dir, self.index,
+                                                                 interval, rel), self.run_dir)
             self.touch_slot(interval)
         except (OSError, ValueError) as exc:
             log(f"checkpoint {rel} not recorded: {exc}")
@@ -118,20 +127,28 @@ class Member(Worker):
 
     def touch_slot(self, interval: int, parent: int | None = None) -> None:
         """That slot is this member's newest written (pruning goes by time)."""
-        os.utime(lineage.population_dir(self.run_dir) / "checkpoints" / str(self.index)
-                 / lineage.slot(interval, parent), follow_symlinks=False)
+        tree.touch(self.workspace() / lineage.slot(interval, parent), self.run_dir)
+
+    def workspace(self):
+        return lineage.population_dir(self.run_dir) / "checkpoints" / str(self.index)
 
     def prune_workspace(self) -> None:
         """Keep the `keep` checkpoints of this member written last (others copy only its newest
         record's). By time, not by interval: a copy of a member behind it lies in an older
         interval's slot, and is its newest record's all the same."""
-        mine = lineage.population_dir(self.run_dir) / "checkpoints" / str(self.index)
-        slots = [(p.lstat().st_mtime_ns, p) for p in mine.iterdir()
-                 if lineage.SLOT.fullmatch(p.name) and not p.is_symlink()]
-        olds = [p for _, p in sorted(slots)[:-self.pbt.keep]]
-        import shutil
-        for p in olds:
-            shutil.rmtree(p, ignore_errors=True)
+        mine = self.workspace()
+        try:  # entered without following a link: a link planted there lists nothing of its target
+            found = tree.entries(mine, self.run_dir)
+        except OSError as exc:
+            log(f"member {self.index}: its workspace is not pruned: {exc}")
+            return
+        slots = [(st.st_mtime_ns, name) for name, st in found
+                 if lineage.SLOT.fullmatch(name) and stat.S_ISDIR(st.st_mode)]
+        for _, name in sorted(slots)[:-self.pbt.keep]:
+            try:
+                tree.remove(mine / name, self.run_dir)  # no link inside it is followed
+            except OSError as exc:
+                log(f"member {self.index}: slot {name} not removed: {exc}")
 
     def stage(self, parent: int, rec: Record) -> bool:
         """Copy member `parent`'s recorded checkpoint into this member's own workspace slot of
@@ -140,7 +157,7 @@ class Member(Worker):
         try:
             lineage.copy_file(lineage.record_path(self.run_dir, rec),
                               lineage.saved_path(self.run_dir, self.index, rec.interval,
-                                                 rec.checkpoint, parent))
+                                                 rec.checkpoint, parent), self.run_dir)
             self.touch_slot(rec.interval, parent)
             return True
         except (OSError, ValueError) as exc:
@@ -153,8 +170,8 @@ class Member(Worker):
         try:
             dst = self.dir / rec.checkpoint
             lineage.copy_file(lineage.saved_path(self.run_dir, self.index, rec.interval,
-                                                 rec.checkpoint, rec.member), dst)
-            os.utime(dst)  # newer than this member's own, whatever the copy kept
+                                                 rec.checkpoint, rec.member), dst, self.run_dir)
+            tree.touch(dst, self.run_dir)  # newer than this member's own, whatever the copy kept
             self.prune_workspace()
             return True
         except (OSError, ValueError) as exc:
@@ -271,9 +288,13 @@ class Member(Worker):
 
     def clear_progress(self) -> None:
         """The previous launch's progress records, so that the next one's steps are its own."""
-        for p in (self.dir / "status").glob("progress-*.json"):
-            if p.is_file() and not p.is_symlink():
-                p.unlink(missing_ok=True)
+        status = self.dir / "status"
+        try:
+            for name, _ in tree.entries(status, self.run_dir):
+                if name.startswith("progress-") and name.endswith(".json"):
+                    tree.remove(status / name, self.run_dir)  # a link: the link, not its target
+        except OSError as exc:
+            log(f"member {self.index}: its progress records not cleared: {exc}")
 
     def segment(self, params: dict) -> tuple[str, dict]:
         """One launch of the member with `params`, until it ends, crashes, is signalled or
@@ -288,7 +309,12 @@ class Member(Worker):
         self.stopped = False
         copied, self.copied = self.copied, None
         log(f"member {self.index}: {params}")
-        with open(self.dir / "logs" / "job.out", "ab") as out:
+        try:
+            out = open_append(str(self.dir / "logs" / "job.out"), str(self.run_dir))
+        except OSError as exc:
+            log(f"member {self.index}: cannot open its log: {exc}")
+            return "crashed", params
+        with out:
             self.child = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL,
                                           start_new_session=self.backend.runs_here)

@@ -108,12 +108,33 @@ def schedule(all_recs: dict[int, list[Record]], member: int) -> list[Point]:
     return out
 
 
+def bad(what: str) -> HpctrainError:
+    return HpctrainError(f"the population's {what}",
+                         fix="each member keeps population/member-<i>.jsonl a regular file of "
+                         f"JSON lines (at most {lineage.MAX_LINEAGE >> 20} MiB) and hpctrain "
+                         "writes study/job.json at submit: restore the file, or remove a "
+                         "member's (its history is lost)")
+
+
+def _count(v, default: int, hi: int) -> int:
+    return v if type(v) is int and 0 <= v <= hi else default
+
+
 def population(run: Run) -> Population:
-    job = read_study_job(run.path)
-    s = job.spec.get("search") or {}
-    pbt = s.get("pbt") or {}
-    members = int(s.get("parallel", 1))
-    recs = lineage.read_all(run.path, members)
+    """The population as its lineage files tell it; HpctrainError when study/job.json or a
+    member's file cannot be read (a FIFO, too large: the command that shows it says so)."""
+    try:
+        job = read_study_job(run.path)
+    except (OSError, ValueError) as exc:
+        raise bad(f"job {run.path / 'study' / 'job.json'} cannot be read: "
+                   f"{getattr(exc, 'strerror', None) or exc}") from None
+    s = job.spec.get("search") if isinstance(job.spec.get("search"), dict) else {}
+    pbt = s.get("pbt") if isinstance(s.get("pbt"), dict) else {}
+    members = _count(s.get("parallel"), 1, lineage.MAX_MEMBERS)
+    try:
+        recs = lineage.read_all(run.path, members)
+    except OSError as exc:
+        raise bad(f"lineage cannot be read: {exc}") from None
     rows = [_row(run.path, m, recs[m]) for m in sorted(recs)]
     direction = "minimize" if s.get("direction") == "minimize" else "maximize"
     scored = [r for r in rows if r.score is not None and r.checkpoint]
@@ -124,7 +145,8 @@ def population(run: Run) -> Population:
     return Population(
         run_id=job.run_id, name=clean(str(job.spec.get("name", "")))[:200], path=str(run.path),
         metric=clean(str(s.get("metric", "reward")))[:200], direction=direction,
-        interval=int(pbt.get("interval", 0)), steps=int(pbt.get("steps", 0)), members=rows,
+        interval=_count(pbt.get("interval"), 0, 1 << 62), steps=_count(pbt.get("steps"), 0, 1 << 62),
+        members=rows,
         copies=sum(r.copies for r in rows), best=best,
         schedule=schedule(recs, best.member) if best else [])
 
