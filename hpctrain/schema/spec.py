@@ -289,7 +289,9 @@ class Search(_Strict):
             description="stop unpromising trials early; none: never")] = "median"
     warmup_steps: Annotated[NonNeg, Meta(description=(
             "training steps a trial runs before the pruner may stop it"))] = 0
-    seed: Annotated[int | None, Meta(description="the sampler's seed")] = None
+    seed: Annotated[Annotated[int, Meta(ge=0, le=2 ** 32 - 1)] | None, Meta(description=(
+            "the sampler's seed, 0 to 2**32-1 (numpy's range); worker i seeds with seed + "
+            "1000 x i + the trials it ran"))] = None
     max_failures: Annotated[Count | None, Meta(description=(
             "failed trials in a row that stop the study; null: 3, or 2 x parallel "
             "when larger"))] = None
