@@ -529,8 +529,11 @@ class SshOptions(_Strict):
             "ServerAliveInterval, ServerAliveCountMax, ConnectionAttempts, TCPKeepAlive, "
             "Compression, AddressFamily, IPQoS, Ciphers, PreferredAuthentications, "
             "PubkeyAuthentication, PasswordAuthentication, KbdInteractiveAuthentication, "
-            "GSSAPIAuthentication (none runs a program, forwards, redirects the connection or "
-            "changes host-key trust); anything else belongs in your own ~/.ssh/config"))] = []
+            "GSSAPIAuthentication, IdentitiesOnly=yes (none runs a program, forwards, redirects "
+            "the connection or changes host-key trust); one hpctrain gives every ssh itself "
+            "with the same value (BatchMode=yes, LogLevel=ERROR, ForwardAgent=no, ForwardX11=no, "
+            "ClearAllForwardings=yes, PermitLocalCommand=no, Tunnel=no) is left out with a "
+            "note; anything else belongs in your own ~/.ssh/config"))] = []
 
 
 class SyncRule(_Strict):
