@@ -299,3 +299,20 @@ def test_pbt_names_each_optuna_only_key_it_was_given_and_why(home, tmp_path):
     assert not [w for w in quiet.warnings if "search.method pbt" in w], quiet.warnings
     study = load(tmp_path, "params: {lr: {low: 0.1, high: 1}}\nn_trials: 50\npruner: hyperband")
     assert not [w for w in study.warnings if "search.method pbt" in w], study.warnings
+
+
+def test_validate_shows_a_studys_warnings(home, tmp_path, monkeypatch):
+    """`validate` prints the plan's warnings: for a study, the study job's (a trial's job is
+    made without the checks), PBT's ignored keys among them, each once."""
+    import io
+    from contextlib import redirect_stdout
+    from hpctrain.cli import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    path = _path(tmp_path, "method: pbt\nparams: {lr: {low: 0.1, high: 1}}\nparallel: 2\n"
+                           "pbt: {interval: 10, steps: 100}\npruner: hyperband")
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["validate", str(path), "--site", "localcluster"]) == 0
+    shown = [line for line in out.getvalue().splitlines() if "search.pruner" in line]
+    assert len(shown) == 1 and shown[0].split()[0] == "warning" and f"{path}:10:" in shown[0]
