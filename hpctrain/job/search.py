@@ -8,12 +8,13 @@ module knows nothing of it, so that `validate` needs no Optuna.
 from __future__ import annotations
 
 import math
+import os
 
 import msgspec
 
 from ..errors import HpctrainError
 from ..schema.spec import JobSpec, SearchParam, set_path
-from .checks import SWEEP_FIXED
+from .checks import SWEEP_FIXED, array_limit, procs_per_node
 
 # The prefixes an argument may carry before a Hydra-style key: +key=, --key=, key=.
 _ARG_PREFIXES = ("", "+", "--")
@@ -231,7 +232,6 @@ def check_workers(spec: JobSpec, site, scheduler, where) -> None:
     parallel = spec.search.parallel
     at = where(("search", "parallel"))
     if scheduler.runs_here:
-        from .checks import procs_per_node
         cpus = local_cpus()
         limit = max(1, LOCAL_PROCESSES_PER_CPU * cpus // procs_per_node(spec))
         if parallel > limit:
@@ -240,10 +240,9 @@ def check_workers(spec: JobSpec, site, scheduler, where) -> None:
                 f"of this machine running a trial of {procs_per_node(spec)} rank(s) at a time, "
                 f"and this machine gives hpctrain {cpus} CPU(s): at most {limit} worker(s) "
                 f"({LOCAL_PROCESSES_PER_CPU} ranks per CPU)", at,
-                f"set search.parallel: {limit} or fewer (the trials then take turns), or run the "
-                "study on a cluster site (--site NAME)")
+                f"set search.parallel: {limit} or fewer, or run the study on a cluster site "
+                "(--site NAME)")
         return
-    from .checks import array_limit
     limit = array_limit(site)
     if parallel > limit:
         raise HpctrainError(f"search.parallel is {parallel}: its workers are one job array, and "
@@ -261,7 +260,6 @@ LOCAL_PROCESSES_PER_CPU = 4
 def local_cpus() -> int:
     """The CPUs this process may run on (a cgroup or taskset may give it fewer than the
     machine has)."""
-    import os
     try:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # not Linux
