@@ -160,7 +160,10 @@ def _prepare_study(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
                       python=python, version=__version__,
                       worker="hpctrain.search.pbt.member" if search.method == "pbt"
                       else "hpctrain.search.worker")
-    return Prepared(job=job, plan=first.plan,
+    # The first trial's job is made from the study's without its checks: the warnings that
+    # `validate` shows (the study's own, PBT's ignored keys among them) are the study job's.
+    plan = msgspec.structs.replace(first.plan, warnings=job.warnings)
+    return Prepared(job=job, plan=plan,
                     script=render_plan(splan, chosen.header(splan.directives), "study.sh.j2"),
                     run_id=run_id, run_dir=run_dir, backend=first.backend,
                     script_name=chosen.script_name,

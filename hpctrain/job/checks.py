@@ -457,12 +457,18 @@ def check_sweep(spec: JobSpec, site: SiteProfile, where: Origins) -> int:
     if not (sweep.grid or sweep.variants or sweep.seeds):
         raise HpctrainError("the sweep is empty", where(("sweep",)),
                             "give it grid, variants or seeds, or remove it")
-    limit = site.limits.max_array_size or 1001  # Slurm's own MaxArraySize default
+    limit = array_limit(site)
     if n > limit:
         raise HpctrainError(f"the sweep has {n} tasks, but site '{site.name}' allows arrays of "
                             f"at most {limit}", where(("sweep",)),
                             "split it into several job files or shrink the grid")
     return n
+
+
+def array_limit(site: SiteProfile) -> int:
+    """The most tasks of one job array on the site: its limits.max_array_size, else Slurm's own
+    MaxArraySize default."""
+    return site.limits.max_array_size or 1001
 
 
 def _fixed_fix(key: str) -> str:

@@ -117,19 +117,25 @@ def load_job(source: str | os.PathLike | dict | Job | None = None, *, site: str 
         raise exc from None
     job = _validated(doc, data, profile, site_doc, site_name, set_args, flags, site_from)
     if job.spec.search is not None:
-        _check_search(job, site_doc)
+        notes = _check_search(job, site_doc)
+        if notes:
+            job = msgspec.structs.replace(
+                job, warnings=tuple(dict.fromkeys((*job.warnings, *notes))))
     if job.spec.sweep is not None:
         job = _with_tasks(job, site_doc)
     return job
 
 
-def _check_search(job: Job, site_doc: Located) -> None:
+def _check_search(job: Job, site_doc: Located) -> list[str]:
     """A study's spaces, and every bound and choice of them as a whole job (a trial's job is
-    the study's with its values in it), so that no trial can fail to load once it runs."""
-    from .search import apply, check_search
+    the study's with its values in it), so that no trial can fail to load once it runs; its
+    workers against what the site can start. Returns its warnings."""
+    from .pbt import ignored
+    from .search import apply, check_search, check_workers
     where = job.origins
     from ..backends import backend_class
-    if not backend_class(job.site.scheduler).studies:
+    scheduler = backend_class(job.site.scheduler)
+    if not scheduler.studies:
         raise HpctrainError(f"search: runs on Slurm and local sites, not on site '{job.site.name}' "
                             f"(scheduler {job.site.scheduler}): a worker must own a whole "
                             "allocation of the job's shape and start trials in it, which the ssh "
@@ -138,7 +144,9 @@ def _check_search(job: Job, site_doc: Located) -> None:
     base = dict(job.raw)
     for key in ("search", "site", "after"):
         base.pop(key, None)
-    for point in check_search(job.spec, where):
+    points = check_search(job.spec, where)
+    check_workers(job.spec, job.site, scheduler, where)
+    for point in points:
         (key, value), = point.items()
         try:
             data = apply(base, point)
@@ -150,6 +158,8 @@ def _check_search(job: Job, site_doc: Located) -> None:
         except HpctrainError as exc:
             raise HpctrainError(f"search.params.{key} = {value!r}: {exc.what}",
                                 where(("search", "params", key)), exc.fix) from None
+    given = job.raw.get("search")
+    return ignored(job.spec, given if isinstance(given, dict) else {}, where)
 
 
 def _validated(doc: Located, data: dict, profile: SiteProfile, site_doc: Located, site_name: str,

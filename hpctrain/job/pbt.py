@@ -92,6 +92,29 @@ def check_pbt(spec: JobSpec, where) -> None:
                                     "library does not restore (entropy_coef, clip_param, ...)")
 
 
+# search: keys a population never reads (search/pbt/member.py), and why: they shape Optuna's
+# trials, and a member is no trial. Given with method pbt, each is named at load, not dropped in
+# silence.
+IGNORED = {
+    "n_trials": "a population runs `parallel` members, each once to search.pbt.steps; there are "
+                "no trials to count",
+    "sampler": "a member's first values are drawn uniformly from the space (or log-uniformly), "
+               "and later ones by explore, not by a sampler",
+    "pruner": "a member is never stopped early; a poor one copies a better one's checkpoint at "
+              "the next interval instead",
+    "warmup_steps": "it is the pruner's warm-up, and a population has no pruner",
+}
+
+
+def ignored(spec: JobSpec, given: dict, where) -> list[str]:
+    """Warnings for the optuna-only keys a population was given (`given`: the merged search:
+    document, before defaults): which, where, and why it has no effect."""
+    if spec.search.method != "pbt":
+        return []
+    return [f"{where(('search', key))}: search.{key} has no effect with search.method pbt: "
+            f"{why}; remove it" for key, why in IGNORED.items() if key in given]
+
+
 def shape(spec: JobSpec) -> str:
     """What `validate` and `submit --dry-run` say of a population."""
     s, r, pbt = spec.search, spec.resources, spec.search.pbt

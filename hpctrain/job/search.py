@@ -7,11 +7,14 @@ module knows nothing of it, so that `validate` needs no Optuna.
 """
 from __future__ import annotations
 
+import math
+import os
+
 import msgspec
 
 from ..errors import HpctrainError
 from ..schema.spec import JobSpec, SearchParam, set_path
-from .checks import SWEEP_FIXED
+from .checks import SWEEP_FIXED, array_limit, procs_per_node
 
 # The prefixes an argument may carry before a Hydra-style key: +key=, --key=, key=.
 _ARG_PREFIXES = ("", "+", "--")
@@ -53,6 +56,72 @@ def apply(data: dict, values: dict) -> dict:
     return data
 
 
+# What the study's engine takes of a space, refused at load instead of killing every worker:
+# - Optuna draws a float space with numpy's uniform(low, high), which raises OverflowError for a
+#   range wider than the largest float (1.8e308): "Range exceeds valid bounds".
+# - It keeps an int space's values as floats (IntDistribution.to_internal_repr), exact only up to
+#   2**53; past 1.8e308 float() itself fails. PBT multiplies them as floats too.
+# - The study's record (study/job.json) and a member's lineage are JSON, in which msgspec writes
+#   NaN and infinity as null: every worker would fail to read its own study back.
+MAX_INT_BOUND = 2 ** 53
+# numpy's RandomState (Optuna's samplers) takes seeds 0..2**32-1 and raises ValueError beyond.
+MAX_SEED = 2 ** 32 - 1
+# A worker's sampler seed: the study's, plus this per worker, plus the trials it ran so far.
+SEED_PER_WORKER = 1000
+
+
+def worker_seed(seed: int, worker: int, ran: int) -> int:
+    """The sampler seed of worker `worker` after `ran` trials of its own: apart from every other
+    worker's, the same again after a requeue. check_search keeps it within numpy's range for
+    the study as submitted; a `submit --resume` that raised n_trials may pass MAX_SEED, and
+    wraps to 0 rather than end every worker."""
+    return (seed + SEED_PER_WORKER * worker + ran) % (MAX_SEED + 1)
+
+
+def _not_finite(value) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return not math.isfinite(float(value))
+    except OverflowError:  # an int past the largest float
+        return True
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+
+
+def _choices_error(p: SearchParam) -> str | None:
+    seen: dict = {}
+    for choice in p.choices:
+        if _not_finite(choice):
+            return (f"has the choice {_shown(choice)}: the study's record is JSON, which has no "
+                    "NaN or infinity (every worker would fail to read the study back)")
+        if choice in seen:  # 1, 1.0 and true are one key, as they are equal
+            # Optuna finds a trial's choice by ==: it would record the first of the two.
+            return (f"has the choices {seen[choice]!r} and {choice!r}, which are equal to Optuna "
+                    "(1 == 1.0 == true): a trial given the second would be recorded as the first")
+        seen[choice] = choice
+    return None
+
+
+def _bounds_error(kind: str, p: SearchParam) -> str | None:
+    for name in ("low", "high"):
+        value = getattr(p, name)
+        if kind == "int" and abs(value) > MAX_INT_BOUND:
+            return (f"has {name} {_shown(value)}: an int parameter's bounds must lie within "
+                    f"+-2**53 ({MAX_INT_BOUND}), where Optuna, which keeps them as floats, still "
+                    "tells every whole number apart")
+        if _not_finite(value):
+            return (f"has {name} {_shown(value)}: a bound must be a finite number within "
+                    "+-1.8e308 (the study's record is JSON, which has no NaN or infinity)")
+    if kind == "float" and not math.isfinite(float(p.high) - float(p.low)):
+        return (f"spans {p.low} to {p.high}, wider than the largest float (1.8e308): Optuna's "
+                "sampler (numpy's uniform) cannot draw from it")
+    return None
+
+
 def _space_error(key: str, p: SearchParam) -> str | None:
     kind = p.kind
     if kind == "categorical":
@@ -60,7 +129,7 @@ def _space_error(key: str, p: SearchParam) -> str | None:
             return "has no choices"
         if p.low is not None or p.high is not None or p.log:
             return "is categorical: it takes choices, not low/high/log"
-        return None
+        return _choices_error(p)
     if p.choices:
         return f"is {kind}: it takes low and high, not choices"
     if p.low is None and p.high is None and p.type is None:
@@ -69,6 +138,9 @@ def _space_error(key: str, p: SearchParam) -> str | None:
         return "needs both low and high"
     if kind == "int" and not all(isinstance(v, int) for v in (p.low, p.high)):
         return "is an int parameter: low and high must be whole numbers"
+    why = _bounds_error(kind, p)
+    if why:
+        return why
     if p.low >= p.high:
         return f"has low {p.low} >= high {p.high}"
     if p.log and p.low <= 0:
@@ -86,6 +158,8 @@ def check_search(spec: JobSpec, where) -> list[dict]:
         raise HpctrainError("search.params is empty", where(("search", "params")),
                             "give at least one parameter, e.g. env.LR: {low: 1e-4, high: 1e-2, "
                             "log: true}")
+    _check_metric(search.metric, where)
+    _check_seed(search, where)
     grid = set()
     if spec.sweep is not None:
         grid = set(spec.sweep.grid) | {k for v in spec.sweep.variants for k in v}
@@ -117,6 +191,79 @@ def check_search(spec: JobSpec, where) -> list[dict]:
         raise HpctrainError("a job with search: cannot also have sweep:", where(("sweep",)),
                             "run the study and the sweep as separate jobs")
     return points
+
+
+def _check_metric(metric: str, where) -> None:
+    """The name the ranks report the metric under (hpctrain_progress.report(step, reward=...)):
+    a blank one, or one with spaces around it, is never reported, so every trial would fail
+    with "no value reported" after running to its end."""
+    if not metric.strip():
+        raise HpctrainError("search.metric is empty: no rank can report a metric without a name, "
+                            "so every trial would run to its end and fail", where(("search", "metric")),
+                            "name the metric the ranks report, e.g. metric: reward "
+                            "(hpctrain_progress.report(step, reward=...))")
+    if metric != metric.strip():
+        raise HpctrainError(f"search.metric {metric!r} has spaces around it: the ranks report "
+                            f"{metric.strip()!r}, never this name", where(("search", "metric")),
+                            f"metric: {metric.strip()}")
+
+
+def _check_seed(search, where) -> None:
+    """Each worker seeds its sampler with worker_seed(): the study's seed, plus 1000 per worker,
+    plus the trials it ran; numpy takes no seed past 2**32-1 (the schema holds the seed itself to
+    0..2**32-1)."""
+    if search.seed is None:
+        return
+    ran = search.n_trials if search.method == "optuna" else 0  # a PBT member asks for none
+    top = search.seed + SEED_PER_WORKER * (search.parallel - 1) + ran
+    if top > MAX_SEED:
+        highest = max(0, MAX_SEED - SEED_PER_WORKER * (search.parallel - 1) - ran)
+        each = f"seed + {SEED_PER_WORKER} x i" + (" + the trials it ran" if ran else "")
+        raise HpctrainError(
+            f"search.seed {search.seed} is too large for {search.parallel} worker(s)"
+            + (f" and {ran} trial(s)" if ran else "") + f": worker i seeds its sampler with "
+            f"{each}, up to {top}, and numpy's seeds end at 2**32-1 ({MAX_SEED})",
+            where(("search", "seed")), f"give a seed of at most {highest}")
+
+
+def check_workers(spec: JobSpec, site, scheduler, where) -> None:
+    """How many workers the site can start: on the local site each is a process of this machine
+    (with its trial's ranks), on Slurm each is a task of one job array."""
+    parallel = spec.search.parallel
+    at = where(("search", "parallel"))
+    if scheduler.runs_here:
+        cpus = local_cpus()
+        limit = max(1, LOCAL_PROCESSES_PER_CPU * cpus // procs_per_node(spec))
+        if parallel > limit:
+            raise HpctrainError(
+                f"search.parallel is {parallel}: on site '{site.name}' every worker is a process "
+                f"of this machine running a trial of {procs_per_node(spec)} rank(s) at a time, "
+                f"and this machine gives hpctrain {cpus} CPU(s): at most {limit} worker(s) "
+                f"({LOCAL_PROCESSES_PER_CPU} ranks per CPU)", at,
+                f"set search.parallel: {limit} or fewer, or run the study on a cluster site "
+                "(--site NAME)")
+        return
+    limit = array_limit(site)
+    if parallel > limit:
+        raise HpctrainError(f"search.parallel is {parallel}: its workers are one job array, and "
+                            f"site '{site.name}' allows arrays of at most {limit} task(s)", at,
+                            f"set search.parallel: {limit} or fewer (each worker runs trial after "
+                            "trial), or raise the site's limits.max_array_size if the cluster's "
+                            "MaxArraySize allows")
+
+
+# Ranks of a study's trials on this machine at once, per CPU: beyond it the machine does little
+# but switch between them, and a number such as 1000000 would exhaust its processes.
+LOCAL_PROCESSES_PER_CPU = 4
+
+
+def local_cpus() -> int:
+    """The CPUs this process may run on (a cgroup or taskset may give it fewer than the
+    machine has)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def shape(spec: JobSpec) -> str:

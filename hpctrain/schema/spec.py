@@ -289,7 +289,9 @@ class Search(_Strict):
             description="stop unpromising trials early; none: never")] = "median"
     warmup_steps: Annotated[NonNeg, Meta(description=(
             "training steps a trial runs before the pruner may stop it"))] = 0
-    seed: Annotated[int | None, Meta(description="the sampler's seed")] = None
+    seed: Annotated[Annotated[int, Meta(ge=0, le=2 ** 32 - 1)] | None, Meta(description=(
+            "the sampler's seed, 0 to 2**32-1 (numpy's range); worker i seeds with seed + "
+            "1000 x i + the trials it ran"))] = None
     max_failures: Annotated[Count | None, Meta(description=(
             "failed trials in a row that stop the study; null: 3, or 2 x parallel "
             "when larger"))] = None
@@ -527,8 +529,11 @@ class SshOptions(_Strict):
             "ServerAliveInterval, ServerAliveCountMax, ConnectionAttempts, TCPKeepAlive, "
             "Compression, AddressFamily, IPQoS, Ciphers, PreferredAuthentications, "
             "PubkeyAuthentication, PasswordAuthentication, KbdInteractiveAuthentication, "
-            "GSSAPIAuthentication (none runs a program, forwards, redirects the connection or "
-            "changes host-key trust); anything else belongs in your own ~/.ssh/config"))] = []
+            "GSSAPIAuthentication, IdentitiesOnly=yes (none runs a program, forwards, redirects "
+            "the connection or changes host-key trust); one hpctrain gives every ssh itself "
+            "with the same value (BatchMode=yes, LogLevel=ERROR, ForwardAgent=no, ForwardX11=no, "
+            "ClearAllForwardings=yes, PermitLocalCommand=no, Tunnel=no) is left out with a "
+            "note; anything else belongs in your own ~/.ssh/config"))] = []
 
 
 class SyncRule(_Strict):

@@ -177,6 +177,7 @@ def create(run_dir, study_name: str, search) -> None:
 
 def load(run_dir, study_name: str, search, worker: int = 0):
     from .spaces import pruner, sampler
+    from ..job.search import worker_seed
     import msgspec
     o = optuna()
     store = storage(run_dir, writer=True)
@@ -187,8 +188,8 @@ def load(run_dir, study_name: str, search, worker: int = 0):
             # reproducibly: a seed from the study's, the worker's index and the trials it ran so
             # far (only it adds those: the same whatever the other workers did meanwhile).
             trials = o.load_study(study_name=study_name, storage=store).get_trials(deepcopy=False)
-            seed = search.seed + 1000 * worker + sum(t.user_attrs.get("worker") == worker
-                                                     for t in trials)
+            seed = worker_seed(search.seed, worker, sum(t.user_attrs.get("worker") == worker
+                                                        for t in trials))
         return o.load_study(study_name=study_name, storage=store,
                             sampler=sampler(msgspec.structs.replace(search, seed=seed)),
                             pruner=pruner(search))

@@ -291,7 +291,8 @@ ALLOWED_VALUES = {"ServerAliveInterval": "30", "ServerAliveCountMax": "3",
                   "Ciphers": "aes128-gcm@openssh.com,aes256-ctr",
                   "PreferredAuthentications": "gssapi-with-mic,publickey",
                   "PubkeyAuthentication": "yes", "PasswordAuthentication": "no",
-                  "KbdInteractiveAuthentication": "no", "GSSAPIAuthentication": "yes"}
+                  "KbdInteractiveAuthentication": "no", "GSSAPIAuthentication": "yes",
+                  "IdentitiesOnly": "yes"}
 
 
 @pytest.mark.parametrize("host_key", ["strict", "accept-new", "ignore"])
@@ -318,6 +319,69 @@ def test_every_ssh_hpctrain_runs_lends_the_host_nothing(tmp_path):
         assert option in before_host
         assert options.refusal(option) is not None  # a site can never give it first
     assert all(w in openssh.rsync_shell([*ssh.words, *ssh.sharing]) for w in ("'ForwardAgent=no'",))
+
+
+# ----------------------------------------------------------------------------- a note, not an error
+
+# What hpctrain gives every ssh itself, as a site file written for an older hpctrain may say it.
+SAME = ["BatchMode=yes", "batchmode=YES", "LogLevel=ERROR", "LogLevel=error", "ForwardAgent=no",
+        "forwardagent=NO", "ForwardX11=no", "ClearAllForwardings=yes", "PermitLocalCommand=no",
+        "Tunnel=no"]
+
+
+def _job(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text("")
+    path = tmp_path / "job.yaml"
+    path.write_text("name: j\nscript: train.py\n")
+    return path
+
+
+@pytest.mark.parametrize("kind", sorted(SITE_KINDS))
+def test_an_option_hpctrain_already_sets_is_accepted_with_a_note(kind, tmp_path, monkeypatch,
+                                                                  home):
+    """IdentitiesOnly=yes (hpctrain sets it with ssh.identity) and each option hpctrain gives
+    every ssh with the same value: the site loads, each entry is named once, at its line, in
+    the job's warnings (`validate` and `submit` print them); the ones hpctrain writes itself are
+    left out of the command line, which run records still read back exactly."""
+    from hpctrain.job.load import load_job
+    monkeypatch.chdir(tmp_path)
+    tried("ssh options", len(SAME) + 1)
+    path = _site(tmp_path, kind, 0, {"identity": "~/.ssh/id_lab",
+                                     "options": ["IdentitiesOnly=yes", "Compression=yes", *SAME]})
+    lines = path.read_text().splitlines()
+    job = load_job(str(_job(tmp_path)), site=str(path))
+    notes = [w for w in job.warnings if "ssh.options entry" in w]
+    assert len(notes) == len(SAME) + 1, job.warnings
+    first = lines.index("  - IdentitiesOnly=yes") + 1
+    assert notes[0] == (f"{path}:{first}: ssh.options entry IdentitiesOnly=yes: hpctrain sets it "
+                        "itself with ssh.identity; remove it")
+    for n, option in enumerate(SAME):
+        ours = options.same_as_ours(option)
+        assert ours.lower() == option.lower() and ours in notes[n + 1], (option, notes[n + 1])
+        assert notes[n + 1].startswith(f"{path}:{first + 2 + n}: "), notes[n + 1]
+    profile, _ = sites.load(str(path))
+    words = openssh.ssh_words(profile.ssh)
+    assert words[:5] == ["ssh", "-o", "IdentitiesOnly=yes", "-o", "Compression=yes"]
+    assert words.count("BatchMode=yes") == 1 and "batchmode=YES" not in words
+    assert not any(w.lower() in ("forwardagent=no", "tunnel=no") for w in words)
+    assert openssh.checked_words(words, "x") == words
+    for_run(Run(_run_dir(tmp_path, kind, words)))
+
+
+def test_identitiesonly_alone_passes_and_its_other_values_stay_refused(tmp_path):
+    """Without ssh.identity it only narrows the keys ssh offers: allowed, no note; `no`, and
+    every other value of the options hpctrain sets, stay refused."""
+    profile, _ = sites.load(str(_site(tmp_path, "ssh", 0, {"options": ["IdentitiesOnly=yes"]})))
+    assert options.notes(profile.ssh) == []
+    assert openssh.ssh_words(profile.ssh)[1:3] == ["-o", "IdentitiesOnly=yes"]
+    for i, option in enumerate(["IdentitiesOnly=no", "BatchMode=no", "LogLevel=DEBUG3",
+                                "ForwardAgent=yes", "ClearAllForwardings=no", "Tunnel=yes",
+                                "BatchMode yes", "ForwardAgent=no x"]):
+        tried("ssh options")
+        err = _site_refused(_site(tmp_path, "ssh", i + 1, {"options": [option]}))
+        assert "is refused" in err.what, (option, str(err))
+    # A record is still read word by word: what hpctrain writes first is never a site's.
+    assert options.refusal("BatchMode=yes") is not None
 
 
 # ----------------------------------------------------------------------------- the CLI

@@ -147,6 +147,13 @@ class SlurmBackend(Backend):
         from . import login as remote
         remote.check_site(site, doc)
 
+    @classmethod
+    def check_job(cls, spec, site, where) -> list[str]:
+        if site.login is None:
+            return []
+        from ..ssh import openssh  # only a site with a login node reads its ssh: section
+        return openssh.site_notes(site, where)
+
     def header(self, directives: list[tuple[str, str | None]]) -> list[str]:
         return [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={directive_value(v)}"
                 for k, v in directives]

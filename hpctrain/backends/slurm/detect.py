@@ -9,6 +9,12 @@ its name, name+suffix, and each of its addresses.
 
 decide() turns evidence into keys, each with the comment that says why; what it cannot decide
 is marked `TODO` for the user. Nothing here guesses silently: the profile shows its reasons.
+
+The tools' answers are untrusted text (a cluster's name, a version, a partition, what a node
+says of itself): read in, each is one printable line (said(): escapes, newlines and other
+controls become '?'); a comment line is made printable again as it is written; and a value only
+becomes a key when the schema and the site checks take it, else a TODO. A profile site detect
+writes always loads.
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ import yaml
 
 from ...errors import HpctrainError
 from ... import rank
+from ...rank.printable import clean, printable
+from ...schema.spec import MAX_COUNT
 from .. import commands
 
 PORT_BASE, PORT_SPAN = 61000, 4536  # spec.PortRule's defaults: above Linux's ephemeral range
@@ -32,12 +40,26 @@ LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 
 # ----------------------------------------------------------------------------- evidence
 
+def said(value, bound: int = 120) -> str:
+    """A tool's text as the profile may show it: one printable line, at most `bound`
+    characters ('' for nothing)."""
+    return clean(value, bound) or ""
+
+
+_COUNT = re.compile(r"[0-9]{1,9}")  # ASCII digits only: "²".isdigit() is True, int("²") fails
+
+
+def count(text: str) -> int | None:
+    """A whole number a tool printed, or None."""
+    return int(text) if _COUNT.fullmatch(text) else None
+
+
 def scontrol_config(text: str) -> dict[str, str]:
     out = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep and key.strip() and " " not in key.strip():
-            out[key.strip()] = value.strip()
+            out[key.strip()] = said(value, 200)
     return out
 
 
@@ -59,22 +81,22 @@ def sinfo_partitions(text: str) -> dict[str, dict]:
     time limit, node count, min CPUs and memory of its nodes, GPU counts and types."""
     parts: dict[str, dict] = {}
     for line in text.splitlines():
-        cells = line.strip().split("|")
+        cells = [said(cell, 200) for cell in line.strip().split("|")]
         if len(cells) != 7:
             continue
-        name, limit, count, cpus, mem, gres, nodes = cells
+        name, limit, nodes_in, cpus, mem, gres, nodes = cells
         default = name.endswith("*")
         name = name.rstrip("*")
         p = parts.setdefault(name, {"default": False, "time": limit, "nodes": 0, "cpus": [],
                                     "mem_mb": [], "gpus": [], "gpu_types": set(), "nodelist": []})
         p["default"] |= default
-        p["nodes"] += int(count) if count.isdigit() else 0
-        p["cpus"].append(int(re.sub(r"\D.*", "", cpus) or 0))
-        p["mem_mb"].append(int(re.sub(r"\D.*", "", mem) or 0))
+        p["nodes"] += count(nodes_in) or 0
+        p["cpus"].append(count(re.sub(r"[^0-9].*", "", cpus)) or 0)
+        p["mem_mb"].append(count(re.sub(r"[^0-9].*", "", mem)) or 0)
         p["nodelist"].append(nodes)
         gpus = 0
         for item in gres.split(","):
-            m = re.match(r"gpu(?::([^:(]+))?:(\d+)", item.strip())
+            m = re.match(r"gpu(?::([^:(]+))?:([0-9]{1,9})", item.strip())
             if m:
                 gpus += int(m.group(2))
                 if m.group(1):
@@ -187,8 +209,10 @@ class Profile:
         self.todo: list[str] = []
 
     def comment(self, text: str, indent: int = 0) -> None:
-        for line in text.splitlines() or [""]:
-            self.lines.append(" " * indent + ("# " + line).rstrip())
+        # Split at this module's own line breaks only, and each line made printable: a tool's
+        # text inside can neither start a line of YAML nor hold a character YAML refuses.
+        for line in text.split("\n"):
+            self.lines.append(" " * indent + ("# " + printable(line)).rstrip())
 
     def key(self, path: str, value, why: str = "", indent: int = 0) -> None:
         if why:
@@ -200,6 +224,7 @@ class Profile:
         self.lines.append(f"{name}:")
 
     def mark(self, text: str) -> None:
+        text = printable(text)  # the command prints it too
         self.todo.append(text)
         self.comment(f"TODO: {text}")
 
@@ -210,6 +235,7 @@ class Profile:
 def decide(name: str, config: dict, parts: dict, partition: str | None, probe: dict | None,
            python: list[str]) -> tuple[str, list[str]]:
     """The profile's text and what it left to the user."""
+    config = {key: said(value, 200) for key, value in config.items()}  # as scontrol_config reads
     out = Profile()
     if partition is None:
         partition = next((p for p, v in parts.items() if v["default"]), None) or \
@@ -236,8 +262,11 @@ def decide(name: str, config: dict, parts: dict, partition: str | None, probe: d
                 + ("select/cons_res has no --gpus-per-node, so --gres=gpu:N" if mode == "gres"
                    else "select/cons_tres takes --gpus-per-node"))
         types = sorted(part["gpu_types"])
-        if len(types) == 1:
+        if len(types) == 1 and _GPU_TYPE.fullmatch(types[0]):
             out.key("gpu_type", types[0], f"every GPU node of '{partition}' has GPUs of type {types[0]}")
+        elif len(types) == 1:
+            out.mark(f"sinfo names the GPU type of '{partition}' {types[0]!r}, which is not a type "
+                     "name (letters, digits, '_', '.', '-'): set gpu_type by hand, or leave it out")
         elif types:
             out.mark(f"partition '{partition}' mixes GPU types {', '.join(types)}: set gpu_type "
                      "to the one your jobs need (or leave it out for any)")
@@ -249,13 +278,14 @@ def decide(name: str, config: dict, parts: dict, partition: str | None, probe: d
 
     out.block("limits")
     if part:
-        out.key("max_nodes", part["nodes"], f"sinfo: {part['nodes']} nodes in '{partition}'", 2)
-        out.key("cpus_per_node", min(part["cpus"]),
-                f"sinfo: CPUs per node {sorted(set(part['cpus']))} (the smallest)", 2)
+        _count(out, "max_nodes", part["nodes"], 1, f"sinfo: {part['nodes']} nodes in '{partition}'")
+        _count(out, "cpus_per_node", min(part["cpus"]), 1,
+               f"sinfo: CPUs per node {sorted(set(part['cpus']))} (the smallest)")
         if min(part["mem_mb"]) > 0:
             out.key("mem_per_node", f"{min(part['mem_mb'])}M",
                     f"sinfo: memory per node {sorted(set(part['mem_mb']))} MB (RealMemory, the smallest)", 2)
-        out.key("max_gpus_per_node", gpus, f"sinfo: GRES {', '.join(sorted(set(map(str, part['gpus']))))} GPUs per node", 2)
+        _count(out, "max_gpus_per_node", gpus, 0,
+               f"sinfo: GRES {', '.join(sorted(set(map(str, part['gpus']))))} GPUs per node")
         try:
             limit = slurm_time(part["time"])
         except ValueError:
@@ -270,23 +300,43 @@ def decide(name: str, config: dict, parts: dict, partition: str | None, probe: d
     else:
         out.lines.pop()
         out.mark(f"partition '{partition}' is not in sinfo's answer: fill in limits by hand")
-    array = config.get("MaxArraySize", "")
-    if array.isdigit() and int(array) > 1:
+    array = count(config.get("MaxArraySize", ""))
+    if array is not None and 1 < array <= MAX_COUNT + 1:
         if part is None:
             out.block("limits")
-        out.key("max_array_size", int(array) - 1,
-                f"scontrol: MaxArraySize={array} (task ids 0..{int(array) - 1})", 2)
+        out.key("max_array_size", array - 1,
+                f"scontrol: MaxArraySize={array} (task ids 0..{array - 1})", 2)
 
     _head(out, probe)
     _modules(out, probe)
     _preemption(out, config)
     _interpreter(out, probe, python)
 
-    out.block("defaults")
-    out.lines.append("  resources:")
-    if partition:
+    if partition and _PARTITION.fullmatch(partition):
+        out.block("defaults")
+        out.lines.append("  resources:")
         out.key("partition", partition, "the partition described here", 4)
+    elif partition:
+        out.mark(f"sinfo names the partition {partition!r}, which is not a partition's name "
+                 "(letters, digits, '_', '.', '-'): give jobs theirs (resources.partition)")
     return out.text(), out.todo
+
+
+# The names a profile may hold (job/checks.py takes no other GPU type; a partition and an
+# interface are plain names): a tool's text that is none of them (one holding a '?' where it
+# held a control character) is left to the user.
+_GPU_TYPE = re.compile(r"[A-Za-z0-9_.-]+")
+_PARTITION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,64}")
+
+
+def _count(out: Profile, key: str, value: int, least: int, why: str) -> None:
+    """limits.<key> when the schema takes it (least..MAX_COUNT), else a TODO."""
+    if least <= value <= MAX_COUNT:
+        out.key(key, value, why, 2)
+    else:
+        out.mark(f"limits.{key}: {why}, which is not a count a site can give "
+                 f"({least} to {MAX_COUNT}): fill it in by hand")
 
 
 def _head(out: Profile, probe: dict | None) -> None:
@@ -318,8 +368,10 @@ def _head(out: Profile, probe: dict | None) -> None:
     evidence = "\n".join(lines)
     out.block("head")
     name_ok = results.get(head, {}).get("ok") and not own.get("loopback")
-    suffixed = [t for t in results if t != head and t.startswith(head) and results[t]["ok"]]
-    by_ip = {i["ipv4"]: i["name"] for i in ifaces}
+    # A suffix or interface becomes a key: only names the site's head: section can hold.
+    suffixed = [t for t in results if t != head and t.startswith(head) and results[t]["ok"]
+                and _NAME.fullmatch(t[len(head):])]
+    by_ip = {i["ipv4"]: i["name"] for i in ifaces if _NAME.fullmatch(str(i["name"]))}
     ip_ok = [t for t in results if t in by_ip and results[t]["ok"]]
     if name_ok:
         out.key("mode", "nodename", evidence + f"\n-> nodename: '{head}' resolves to a "
@@ -361,7 +413,13 @@ def _modules(out: Profile, probe: dict | None) -> None:
         out.comment("`module` is defined in the batch shell: modules: [...] works without "
                     "module_init")
     elif inits:
-        init = LMOD_INIT if LMOD_INIT in inits else inits[0]
+        from ...rank.before.probe import MODULE_INITS
+        known = [p for p in inits if p in MODULE_INITS]  # the probe's own list: no other path
+        if not known:
+            out.mark("the nodes report module init files hpctrain does not know: set "
+                     "module_init by hand if `module` is needed")
+            return
+        init = LMOD_INIT if LMOD_INIT in known else known[0]
         out.key("module_init", init, f"`module` is not defined in the batch shell, but the nodes "
                 f"have {', '.join(inits)}; {init} is sourced before modules load"
                 + (" (/etc/profile.d/lmod.sh dies under set -u without LOGNAME)"

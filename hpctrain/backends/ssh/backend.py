@@ -136,7 +136,7 @@ class SshBackend(Backend):
                                 where(("resources", "spare_nodes")),
                                 f"ask for {len(hosts) - nodes} spare(s) or fewer, or add hosts to "
                                 f"the site ({where.site(('hosts',))})")
-        return []
+        return openssh.site_notes(site, where)
 
     @classmethod
     def plan_values(cls, job) -> dict:

@@ -147,7 +147,7 @@ def site_hosts(value, site_source: str) -> list[str]:
 # ----------------------------------------------------------------------------- options
 
 # What a site's ssh: section and a run record may make ssh do: backends/ssh/options.py.
-from .options import check_section, checked_words, ssh_words  # noqa: E402,F401
+from .options import check_section, checked_words, site_notes, ssh_words  # noqa: E402,F401
 
 
 def checked_host(host, where: str) -> str:

@@ -16,7 +16,10 @@ VerifyHostKeyDNS, UpdateHostKeys, IdentityFile, CertificateFile). So:
 - A site's `ssh.options` may name only the keywords in ALLOWED, each value held to a full-match
   pattern, written `Key=value` as one word (ssh_words passes each as one `-o` word). The typed
   keys (user, port, identity, known_hosts, host_key, connect_timeout) are the only way to the
-  rest, each checked here too.
+  rest, each checked here too. An option hpctrain sets itself to the very same value on every
+  ssh it runs (BatchMode=yes, ForwardAgent=no, ...: SAME_AS_OURS) changes nothing: it is accepted
+  with a note (notes()) and left out of the command line, so that a site file written for an
+  older hpctrain still submits.
 - A run record's ssh command line is read back into those typed keys and options, held to the
   same rules, and must be exactly what ssh_words writes for them: it can never hold more than a
   site profile may give (checked_words).
@@ -84,11 +87,13 @@ ALLOWED: dict[str, Allowed] = {a.spelling.lower(): a for a in (
     Allowed("GSSAPIAuthentication", _YES_NO, "yes or no",
             "log in with a Kerberos ticket, which is never handed over "
             "(GSSAPIDelegateCredentials is refused)"),
+    Allowed("IdentitiesOnly", r"yes", "yes only (no would offer the host every key of the agent "
+            "as well)", "offers the host only the identity files given, never the agent's other "
+            "keys (hpctrain sets it itself with ssh.identity)"),
 )}
 # Options hpctrain sets itself, or that would change what a session is.
 MANAGED = {"batchmode", "controlmaster", "controlpath", "controlpersist", "loglevel",
-           "remotecommand", "requesttty", "sessiontype", "stdinnull", "forkafterauthentication",
-           "identitiesonly"}
+           "remotecommand", "requesttty", "sessiontype", "stdinnull", "forkafterauthentication"}
 # Options with a key of their own in the site's ssh: section.
 OWN_KEYS = {"user": "user", "port": "port", "identityfile": "identity",
             "userknownhostsfile": "known_hosts", "stricthostkeychecking": "host_key",
@@ -125,6 +130,10 @@ _KEYWORD = re.compile(r"\s*(?:-o\s*)?\"?([A-Za-z0-9]+)")
 # first value of each, and neither a site nor a record may give these keywords.
 NEVER = ["-o", "ForwardAgent=no", "-o", "ForwardX11=no", "-o", "ClearAllForwardings=yes",
          "-o", "PermitLocalCommand=no", "-o", "Tunnel=no"]
+# Options hpctrain gives every ssh it runs (NEVER, and ssh_words' own), keyword (lower case) ->
+# the option as it writes it: a site that gives one with that value asks for nothing more.
+SAME_AS_OURS = {w.split("=")[0].lower(): w for w in [*NEVER[1::2], "BatchMode=yes",
+                                                     "LogLevel=ERROR"]}
 
 
 def allowed_list() -> str:
@@ -160,8 +169,40 @@ def refusal(option: str) -> tuple[str, str] | None:
     return None
 
 
+def same_as_ours(option: str) -> str | None:
+    """The option as hpctrain writes it, when an entry of ssh.options is one hpctrain sets
+    itself to that very value on every ssh; else None. (ssh reads yes/no and log levels in any
+    case.)"""
+    m = OPTION.fullmatch(option)
+    ours = SAME_AS_OURS.get(m.group(1).lower()) if m else None
+    return ours if ours is not None and ours.lower() == option.lower() else None
+
+
+def notes(opts) -> list[tuple[int, str]]:
+    """(index, note) for each entry of a site's ssh.options that is accepted but changes
+    nothing: the job's load shows each, once, as a warning at the entry's line."""
+    out = []
+    for i, option in enumerate(opts.options):
+        ours = same_as_ours(option)
+        if ours is not None:
+            out.append((i, f"ssh.options entry {ours}: hpctrain gives every ssh {ours} itself, "
+                           "so the entry is left out; remove it"))
+        elif opts.identity and option.lower() == "identitiesonly=yes":
+            out.append((i, "ssh.options entry IdentitiesOnly=yes: hpctrain sets it itself with "
+                           "ssh.identity; remove it"))
+    return out
+
+
+def site_notes(site, where) -> list[str]:
+    """notes() of a site's ssh: section as a job's warnings, each at its entry's line (`where`:
+    the job's origins)."""
+    return [f"{where.site(('ssh', 'options', i))}: {text}" for i, text in notes(site.ssh)]
+
+
 def option_problem(option: str) -> str | None:
     """Why an entry of ssh.options is refused and what to do instead (the fix), or None."""
+    if same_as_ours(option) is not None:
+        return None
     found = refusal(option)
     if found is None:
         return None
@@ -217,7 +258,8 @@ def ssh_words(opts) -> list[str]:
     sharing (its socket path differs where the command runs)."""
     words = ["ssh"]
     for option in opts.options:  # first: ssh keeps the first value it is given for an option
-        words += ["-o", option]
+        if same_as_ours(option) is None:  # those hpctrain writes itself: once, its own
+            words += ["-o", option]
     words += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={opts.connect_timeout}",
               "-o", "LogLevel=ERROR", "-o", "ServerAliveInterval=15",
               "-o", "ServerAliveCountMax=4", "-o", f"StrictHostKeyChecking={HOST_KEY[opts.host_key]}"]
