@@ -71,7 +71,8 @@ def for_run(run) -> Backend:
     chosen.check_record(run)
     if rec.extra.get("rest") is not None:  # through slurmrestd (backends/slurm/rest.py)
         rest = import_module(".slurm.rest", __name__)
-        return rest.RestBackend(chosen, rest.checked(rec.extra["rest"], str(where)))
+        # where the requests go is the user's own profile's, never the run directory's
+        return rest.RestBackend(chosen, rest.trusted(rec.extra["rest"], str(where)))
     far = rec.extra.get("remote")
     if far:
         login = import_module(".slurm.login", __name__)

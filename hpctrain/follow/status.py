@@ -195,9 +195,11 @@ def gather_many(runs: list[Run], live: bool = True, follow: bool = True) -> list
             if run.record.job_id is None and not _adopted(run, states):
                 continue
             far = run.record.extra.get("remote") or run.record.extra.get("rest") or {}  # mappings
-            key = (run.record.backend, str(far.get("login") or far.get("url")), str(far.get("ssh")))
+            # A REST run is asked through its site's own profile (for_run): one query per site.
+            key = (run.record.backend, str(far.get("login") or far.get("url")), str(far.get("ssh")),
+                   str(far.get("site")))
             by_backend.setdefault(key, []).append(run)
-        for (name, _, _), group in by_backend.items():
+        for (name, *_), group in by_backend.items():
             try:
                 answers = for_run(group[0]).states(group)
             except KeyError:

@@ -1,52 +1,16 @@
-"""Finding and loading site profiles: packaged, per-user, on $HPCTRAIN_SITE_PATH, or by path."""
+"""Loading site profiles: found and read by schema/profiles.py (packaged, per-user, on
+$HPCTRAIN_SITE_PATH, or by path), then checked as a whole here."""
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 from .checks import check_site
-from ..datafiles import data_dir
-from ..errors import HpctrainError, did_you_mean
-from ..schema.spec import SiteProfile, convert_site
-from ..schema.yamlfile import Located, load_file
+from ..schema.profiles import PACKAGED, available, find, read, search_dirs
+from ..schema.spec import SiteProfile
+from ..schema.yamlfile import Located
 
-PACKAGED = data_dir("site_configs")
-
-
-def search_dirs() -> list[Path]:
-    """Where site profiles are looked up, first match wins."""
-    dirs = [Path(p) for p in os.environ.get("HPCTRAIN_SITE_PATH", "").split(os.pathsep) if p]
-    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    dirs.append(config_home / "hpctrain" / "sites")
-    dirs.append(PACKAGED)
-    return dirs
-
-
-def available() -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    for d in search_dirs():
-        if d.is_dir():
-            for f in sorted(d.glob("*.yaml")):
-                found.setdefault(f.stem, f)
-    return found
-
-
-def find(name: str) -> Path:
-    if name.endswith((".yaml", ".yml")) or os.sep in name:
-        path = Path(name)
-        if not path.is_file():
-            raise HpctrainError(f"site profile file not found: {name}", fix="check the path")
-        return path
-    for d in search_dirs():
-        path = d / f"{name}.yaml"
-        if path.is_file():
-            return path
-    sites = available()
-    raise HpctrainError(
-        f"unknown site '{name}'",
-        fix=did_you_mean(name, sites) + "; or add sites/" + name + ".yaml under "
-        + str(search_dirs()[-2]) + " or a directory on $HPCTRAIN_SITE_PATH")
+__all__ = ["PACKAGED", "available", "find", "load", "search_dirs"]
 
 
 def load(name: str) -> tuple[SiteProfile, Located]:
@@ -56,9 +20,6 @@ def load(name: str) -> tuple[SiteProfile, Located]:
 
 @functools.lru_cache(maxsize=16)
 def _load(path: str, mtime_ns: int) -> tuple[SiteProfile, Located]:
-    # A sweep loads every variant against the same site: parse its profile once (keyed on the
-    # file's mtime, so an edited profile is read again in a long-lived notebook kernel).
-    doc = load_file(path)
-    site = convert_site(doc)
+    site, doc = read(Path(path))
     check_site(site, doc)
     return site, doc

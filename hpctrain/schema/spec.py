@@ -561,11 +561,14 @@ class RemoteRule(_Strict):
 class RestRule(_Strict):
     """Submitting through the cluster's REST API (slurmrestd, JWT) instead of Slurm's tools
     (backends/slurm/rest.py). The token is passed by name, like a secret: never written."""
-    url: Annotated[str, Meta(pattern=r"^https?://[A-Za-z0-9._~:\[\]-]+(/[!-~]*)?\Z", max_length=2048,
-                             description="slurmrestd's address, e.g. https://slurm.example.org:6820")]
-    token_from: Annotated[EnvName, Meta(description=(
-            "name of the environment variable holding your JWT (scontrol token); its value "
-            "is never written"))]
+    url: Annotated[str, Meta(max_length=2048, description=(
+            "slurmrestd's address, https://host:port (e.g. https://slurm.example.org:6820); "
+            "plain http:// sends the token readable, fit for 127.0.0.1 (an ssh tunnel) or a "
+            "network you trust; no user name or password in it"))]
+    token_from: Annotated[str, Meta(max_length=4096, description=(
+            "where your JWT (scontrol token) is: SLURM_JWT or SLURM_JWT_<name>, the variable "
+            "holding it, or the absolute path (/... or ~/...) of a file of yours only you can "
+            "write; no other variable is read; the token is never written"))]
     user: Annotated[Union[Annotated[str, Meta(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")],
                           None], Meta(description=(
             "your user name on the cluster (X-SLURM-USER-NAME); null: the name the token "
@@ -574,8 +577,9 @@ class RestRule(_Strict):
                        Meta(description=(
             "the OpenAPI plugin version to speak (slurmrestd -s openapi/...); auto: the newest "
             "the server answers"))] = "auto"
-    timeout: Annotated[Annotated[int, Meta(ge=1, le=3600)], Meta(description=(
-            "seconds before a server that does not answer is named"))] = 30
+    timeout: Annotated[Annotated[float, Meta(gt=0, le=3600)], Meta(description=(
+            "seconds one request to slurmrestd may take in all (connecting, sending, reading "
+            "the whole answer); a server slower than that is named"))] = 30
 
 
 class SiteProfile(_Strict):

@@ -43,12 +43,12 @@ def rest_site(tmp_path, cluster):
                                        "time": "00:05:00", "mem": "500M"},
                          # 22.05's slurmrestd cannot take --signal=B:... (restjobs.py)
                          "preemption": {"enabled": False}},
-            "rest": {"url": url, "token_from": "HPCT_REST_JWT"}}))
+            "rest": {"url": url, "token_from": "SLURM_JWT_TESTCLUSTER"}}))
     site("restcluster", REST_URL)
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         site("restgone", f"http://127.0.0.1:{s.getsockname()[1]}")
-    return {"HPCTRAIN_SITE_PATH": str(sites), "HPCT_REST_JWT": token}
+    return {"HPCTRAIN_SITE_PATH": str(sites), "SLURM_JWT_TESTCLUSTER": token}
 
 
 def job(tmp_path, name, seconds) -> str:
@@ -71,7 +71,7 @@ def test_submit_follow_cancel_and_resume_through_slurmrestd(cli, tmp_path, rest_
     job_id, run_dir = submitted(done.stdout)
     record = json.loads((run_dir / "run.json").read_text())
     assert record["rest"] == {"site": "restcluster", "url": REST_URL, "user": None,
-                                       "token_from": "HPCT_REST_JWT", "version": "v0.0.38",
+                                       "token_from": "SLURM_JWT_TESTCLUSTER", "version": "v0.0.38",
                                        "timeout": 30}
     st = status_json(run, run_dir.name)
     assert st["state"]["state"] == "COMPLETED" and st["state"]["exit_code"] == 0
@@ -95,7 +95,7 @@ def test_submit_follow_cancel_and_resume_through_slurmrestd(cli, tmp_path, rest_
     assert "rest-done" in listed and "rest-long" in listed and "CANCELLED" in listed
 
     # The token is passed by name: nowhere on disk.
-    token = env["HPCT_REST_JWT"]
+    token = env["SLURM_JWT_TESTCLUSTER"]
     for d in (run_dir, long_dir, tmp_path / "home"):
         for f in d.rglob("*"):
             if f.is_file():
@@ -103,7 +103,7 @@ def test_submit_follow_cancel_and_resume_through_slurmrestd(cli, tmp_path, rest_
 
     # A wrong token and an unreachable server: one error line each, naming the site and the fix.
     bad = run("submit", job(tmp_path, "rest-bad", 1), "--site", "restcluster", check=False,
-              env=dict(env, HPCT_REST_JWT=token[:-4] + "AAAA"))
+              env=dict(env, SLURM_JWT_TESTCLUSTER=token[:-4] + "AAAA"))
     assert bad.returncode == 2 and bad.stderr.startswith("error: site 'restcluster': ")
     assert "HTTP 500" in bad.stderr and "wrong or expired token" in bad.stderr, bad.stderr
     gone = run("submit", job(tmp_path, "rest-gone", 1), "--site", "restgone", check=False)

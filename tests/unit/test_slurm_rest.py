@@ -84,7 +84,7 @@ def server(_server):
     return _server
 
 
-def client(url, version=None, var="HPCT_JWT", user=None) -> restapi.Rest:
+def client(url, version=None, var="SLURM_JWT", user=None) -> restapi.Rest:
     return restapi.Rest({"site": "far", "url": url, "token_from": var, "user": user,
                          "version": version, "timeout": 5})
 
@@ -101,7 +101,7 @@ def failure(call) -> SchedulerError:
 # ----------------------------------------------------------------------------- the site
 
 REST_SITE = {"name": "far", "scheduler": "slurm",
-             "rest": {"url": "https://slurm.example.org:6820", "token_from": "HPCT_JWT"}}
+             "rest": {"url": "https://slurm.example.org:6820", "token_from": "SLURM_JWT"}}
 
 
 def write_site(tmp_path, monkeypatch, doc) -> None:
@@ -121,19 +121,19 @@ def job(tmp_path, **extra) -> Path:
 def test_a_rest_site_prepares_a_run_here_and_records_no_token(tmp_path, home, monkeypatch):
     write_site(tmp_path, monkeypatch, REST_SITE)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HPCT_JWT", TOKEN)
+    monkeypatch.setenv("SLURM_JWT", TOKEN)
     prep = prepare(load_job(job(tmp_path), site="far"), run_id="RID")
     assert prep.run_dir == tmp_path / "runs" / "j" / "RID" and prep.mirror is None
     assert prep.submit_command[:2] == ["POST", "https://slurm.example.org:6820/slurm/<version>/job/submit"]
     record = prep.transport.record(prep.run_dir)
     assert record == {"rest": {"site": "far", "url": "https://slurm.example.org:6820",
-                               "token_from": "HPCT_JWT", "user": None, "version": None,
+                               "token_from": "SLURM_JWT", "user": None, "version": None,
                                "timeout": 30}}
 
 
 @pytest.mark.parametrize("rest, said", [
     ({"url": "slurm.example.org", "token_from": "T"}, "rest.url"),
-    ({"url": "https://x", "token_from": "$HPCT_JWT"}, "rest.token_from"),
+    ({"url": "https://x", "token_from": "$SLURM_JWT"}, "rest.token_from"),
     ({"url": "https://x", "token_from": "T", "user": "a b"}, "rest.user"),
     ({"url": "https://x", "token_from": "T", "version": "v0.0.37"}, "rest.version"),
     ({"url": "https://x"}, "token_from"),
@@ -157,11 +157,11 @@ def test_rest_and_login_are_one_way_in_each(tmp_path, home, monkeypatch, capfd):
 def test_a_submit_without_the_token_is_one_error_and_leaves_nothing(tmp_path, home, monkeypatch, capfd):
     write_site(tmp_path, monkeypatch, REST_SITE)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("HPCT_JWT", raising=False)
+    monkeypatch.delenv("SLURM_JWT", raising=False)
     assert main(["submit", str(job(tmp_path, preemption={"enabled": False})), "--site", "far"]) == 2
     err = capfd.readouterr().err
-    assert err.startswith("error: site 'far': $HPCT_JWT (rest.token_from) is not set here")
-    assert "fix: export HPCT_JWT=" in err and "scontrol token" in err
+    assert err.startswith("error: site 'far': $SLURM_JWT (rest.token_from) is not set here")
+    assert "fix: export SLURM_JWT=" in err and "scontrol token" in err
     assert not list((tmp_path / "runs").glob("j/*"))
 
 
@@ -270,10 +270,10 @@ def test_hostile_job_records_are_left_out_or_bounded():
 # ----------------------------------------------------------------------------- the transport
 
 def test_the_version_is_detected_and_the_token_sent_only_as_a_header(server, monkeypatch):
-    monkeypatch.setenv("HPCT_JWT", f"SLURM_JWT={TOKEN}")  # as `scontrol token` prints it
+    monkeypatch.setenv("SLURM_JWT", f"SLURM_JWT={TOKEN}")  # as `scontrol token` prints it
     server.json("/slurm/v0.0.38/jobs", {"errors": [], "jobs": []})
     api = client(server.url)
-    assert api.call("GET", "jobs", None, restapi.Jobs).jobs == []
+    assert api.call("GET", "jobs", None, restjobs.Jobs).jobs == []
     assert api.version == "v0.0.38"
     tried = [p for _, p, _, _ in server.seen]
     assert tried == [f"/slurm/{v}/ping" for v in restapi.VERSIONS] + ["/slurm/v0.0.38/jobs"]
@@ -282,20 +282,20 @@ def test_the_version_is_detected_and_the_token_sent_only_as_a_header(server, mon
 
 
 def test_a_missing_or_wrong_token_is_named_with_the_fix(server, monkeypatch):
-    monkeypatch.delenv("HPCT_JWT", raising=False)
+    monkeypatch.delenv("SLURM_JWT", raising=False)
     exc = failure(lambda: client(server.url, "v0.0.38").call("GET", "jobs"))
-    assert "$HPCT_JWT (rest.token_from) is not set here" in exc.what
-    monkeypatch.setenv("HPCT_JWT", "a b\n")
+    assert "$SLURM_JWT (rest.token_from) is not set here" in exc.what
+    monkeypatch.setenv("SLURM_JWT", "a b\n")
     assert "does not hold a JWT" in failure(lambda: client(server.url, "v0.0.38").call("GET", "jobs")).what
-    monkeypatch.setenv("HPCT_JWT", TOKEN)
+    monkeypatch.setenv("SLURM_JWT", TOKEN)
     server.routes["/slurm/v0.0.38/jobs"] = (401, b"Authentication failure", {"Content-Type": "text/plain"})
     exc = failure(lambda: client(server.url, "v0.0.38").call("GET", "jobs"))
-    assert "refused the token in $HPCT_JWT (HTTP 401)" in exc.what and "scontrol token" in exc.fix
+    assert "refused the token in $SLURM_JWT (HTTP 401)" in exc.what and "scontrol token" in exc.fix
     server.json("/slurm/v0.0.42/jobs", {"errors": [{"description": "Unable to query jobs",
                 "error": "Protocol authentication error", "error_number": 1007,
                 "source": "slurm_load_jobs()"}]}, 511)  # 24.11's answer to a bad token
     exc = failure(lambda: client(server.url, "v0.0.42").call("GET", "jobs"))
-    assert "refused the token in $HPCT_JWT (HTTP 511" in exc.what
+    assert "refused the token in $SLURM_JWT (HTTP 511" in exc.what
     server.json("/slurm/v0.0.38/jobs", {"errors": [{"description": "Failed while looking for jobs",
                 "error": "Unspecified error", "error_number": -1, "source": "slurm_load_jobs"}]}, 500)
     exc = failure(lambda: client(server.url, "v0.0.38").call("GET", "jobs"))  # 22.05's answer
@@ -304,16 +304,16 @@ def test_a_missing_or_wrong_token_is_named_with_the_fix(server, monkeypatch):
 
 
 def test_a_token_without_a_user_needs_rest_user(server, monkeypatch):
-    monkeypatch.setenv("HPCT_JWT", "aaa.bbb.ccc")
+    monkeypatch.setenv("SLURM_JWT", "aaa.bbb.ccc")
     exc = failure(lambda: client(server.url, "v0.0.38").call("GET", "jobs"))
     assert "names no user" in exc.what and "user:" in exc.fix
     server.json("/slurm/v0.0.38/jobs", {"jobs": []})
-    assert client(server.url, "v0.0.38", user="bob").call("GET", "jobs", None, restapi.Jobs).jobs == []
+    assert client(server.url, "v0.0.38", user="bob").call("GET", "jobs", None, restjobs.Jobs).jobs == []
     assert server.seen[-1][2]["X-SLURM-USER-NAME"] == "bob"
 
 
 def test_an_unreachable_server_is_named(monkeypatch):
-    monkeypatch.setenv("HPCT_JWT", TOKEN)
+    monkeypatch.setenv("SLURM_JWT", TOKEN)
     import socket
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -330,23 +330,23 @@ def test_an_unreachable_server_is_named(monkeypatch):
     (302, b"", {"Location": "https://evil.example/steal"}, "redirects"),
 ])
 def test_hostile_answers_are_one_error(server, monkeypatch, status, body, headers, said):
-    monkeypatch.setenv("HPCT_JWT", TOKEN)
+    monkeypatch.setenv("SLURM_JWT", TOKEN)
     server.routes["/slurm/v0.0.38/jobs"] = (status, body, headers)
-    exc = failure(lambda: client(server.url, "v0.0.38").call("GET", "jobs", None, restapi.Jobs))
+    exc = failure(lambda: client(server.url, "v0.0.38").call("GET", "jobs", None, restjobs.Jobs))
     assert said in exc.what
     assert len(server.seen) == 1  # a redirect is not followed: the token goes nowhere else
 
 
 def test_an_oversized_answer_is_cut_off(server, monkeypatch):
-    monkeypatch.setenv("HPCT_JWT", TOKEN)
+    monkeypatch.setenv("SLURM_JWT", TOKEN)
     monkeypatch.setattr(restapi, "MAX_ANSWER", 1000)
     server.routes["/slurm/v0.0.38/jobs"] = (200, b'{"jobs": [' + b"{}," * 1000 + b"{}]}", {})
-    exc = failure(lambda: client(server.url, "v0.0.38").call("GET", "jobs", None, restapi.Jobs))
-    assert "answered with more than" in exc.what
+    exc = failure(lambda: client(server.url, "v0.0.38").call("GET", "jobs", None, restjobs.Jobs))
+    assert "answered /slurm/v0.0.38/jobs with more than 1000 bytes" in exc.what
 
 
 def test_no_version_served_is_named(server, monkeypatch):
-    monkeypatch.setenv("HPCT_JWT", TOKEN)
+    monkeypatch.setenv("SLURM_JWT", TOKEN)
     server.routes.clear()
     exc = failure(lambda: client(server.url).api())
     assert "serves none of the OpenAPI versions" in exc.what
@@ -363,7 +363,9 @@ def a_run(tmp_path, rest_record) -> Run:
     return Run(d)
 
 
-def test_a_recorded_run_is_answered_through_rest_and_requeue_says_what_is_missing(tmp_path, home):
+def test_a_recorded_run_is_answered_through_rest_and_requeue_says_what_is_missing(tmp_path, home,
+                                                                                  monkeypatch):
+    write_site(tmp_path, monkeypatch, REST_SITE)
     backend = for_run(a_run(tmp_path, rest.record(_site())))
     assert isinstance(backend, rest.RestBackend) and backend.name == "slurm"
     backend.api.version = "v0.0.38"
@@ -405,7 +407,8 @@ def test_the_dry_run_asks_no_slurm_command_here_for_a_rest_site(tmp_path, home, 
 
 
 def test_cancel_of_a_job_that_just_ended_is_no_error(tmp_path, home, server, monkeypatch):
-    monkeypatch.setenv("HPCT_JWT", TOKEN)
+    monkeypatch.setenv("SLURM_JWT", TOKEN)
+    write_site(tmp_path, monkeypatch, dict(REST_SITE, rest=dict(REST_SITE["rest"], url=server.url)))
     backend = for_run(a_run(tmp_path, dict(rest.record(_site()), url=server.url, version="v0.0.38")))
     done = {"errors": [{"description": "Job/step already completing or completed",
                         "error_number": 2021, "error": "x", "source": "slurm_kill_job"}]}

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
+
 from ...errors import HpctrainError
 from ...runs.records import Run
 from .. import commands
@@ -140,6 +142,9 @@ class SlurmBackend(Backend):
             raise HpctrainError("'rest' and 'login' are two ways into the cluster; a site takes "
                                 "one", doc.where(("rest",)), "remove rest: (submit over ssh) or "
                                 "login:/remote: (submit through slurmrestd)")
+        if site.rest is not None:
+            from . import restapi
+            restapi.check_section(site, doc)
         # Only a site that mentions a login node pays for importing the ssh side: every
         # command (render included) loads a site.
         if site.login is None and not any(key in doc for key in ("remote", "ssh")):
@@ -283,16 +288,27 @@ class SlurmBackend(Backend):
                                 reason="Slurm no longer remembers this job (it ended more than "
                                 "MinJobAge ago and the cluster keeps no accounting)")
             return _stopped_for_idle(run, _state(mine))
+        # Each task's record, the first that names it, found in one pass, and a pending
+        # record's state made once: not a scan of the records, nor a name of all its tasks,
+        # per task (an array of 100,000 pending tasks took minutes).
+        done_of: dict[int, object] = {}
+        pending_of: dict[int, object] = {}
+        for r in records:
+            if r.task is not None:
+                done_of.setdefault(r.task, r)
+            for i in r.pending_tasks:
+                pending_of.setdefault(i, r)
+        waiting: dict[int, JobState] = {}
         tasks = []
         for i in range(size):
-            done = next((r for r in records if r.task == i), None)
-            pending = next((r for r in records if i in r.pending_tasks), None)
+            done, pending = done_of.get(i), pending_of.get(i)
             if done is not None:
                 tasks.append(_state(done))
             elif pending is not None:
-                st = _state(pending)
-                st.job, st.exit_code, st.elapsed = f"{job_id}_{i}", None, None
-                tasks.append(st)
+                if id(pending) not in waiting:
+                    waiting[id(pending)] = _state(pending)
+                tasks.append(msgspec.structs.replace(waiting[id(pending)], job=f"{job_id}_{i}",
+                                                     exit_code=None, elapsed=None))
             else:
                 # A pending task that was cancelled leaves no record at all.
                 tasks.append(JobState(State.CANCELLED if rec.cancelled else State.UNKNOWN,

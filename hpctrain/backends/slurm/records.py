@@ -63,23 +63,28 @@ class Record:
 
 MAX_JOB_ID = (1 << 63) - 1
 MAX_TASKS = 100_000  # indices of one array expression (runs/untrusted.py's bound on array_size)
+# Indices of all the array expressions of one answer together: a few bytes of expression stand
+# for MAX_TASKS numbers, so an answer of many pending arrays would otherwise cost seconds per
+# megabyte. Real queues hold far fewer pending tasks (Slurm's MaxArraySize defaults to 1001).
+MAX_PENDING = 10 * MAX_TASKS
 _TASK_PART = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9}))?(?::([1-9][0-9]{0,8}))?")
 
 
-def expand_tasks(text: str) -> tuple[int, ...]:
+def expand_tasks(text: str, limit: int = MAX_TASKS) -> tuple[int, ...]:
     """Slurm's array index expression ("0-3%2", "1,4-6", "0-10:2") -> the indices; () for text
-    that is not one, and at most MAX_TASKS of them (the tool's output is untrusted)."""
+    that is not one, and at most `limit` (MAX_TASKS) of them (the tool's output is untrusted)."""
+    limit = min(limit, MAX_TASKS)
     text = str(text).split("%", 1)[0].strip("[]")
     out: list[int] = []
     for part in filter(None, text.split(",")):
+        if len(out) >= limit:
+            break
         m = _TASK_PART.fullmatch(part)
         if m is None:
             return ()
         lo, hi, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
-        out.extend(range(lo, min(hi, lo + step * (MAX_TASKS - len(out))) + 1, step))
-        if len(out) >= MAX_TASKS:
-            break
-    return tuple(out[:MAX_TASKS])
+        out.extend(range(lo, min(hi, lo + step * (limit - len(out) - 1)) + 1, step))
+    return tuple(out[:limit])
 
 
 def compress(tasks) -> str:
@@ -177,16 +182,17 @@ def parse_squeue_json(text: str) -> list[Record]:
 def job_records(jobs: list) -> list[Record]:
     """Job records as `squeue --json` and slurmrestd's jobs list write them, in either release's
     shape; a record without a job id or with values of another shape than Slurm writes is left
-    out, a value is bounded."""
-    out = []
+    out, a value is bounded, and the pending arrays' indices all together too (MAX_PENDING)."""
+    out, pending_left = [], MAX_PENDING
     for j in jobs:
         job_id = _count(_n(j.get("job_id")), MAX_JOB_ID) if isinstance(j, dict) else None
         if job_id is None:
             continue
         array = _count(_n(j.get("array_job_id")), MAX_JOB_ID) or 0
         task = _count(_n(j.get("array_task_id")), MAX_JOB_ID)
-        pending = expand_tasks(j["array_task_string"]) if array and task is None and \
-            isinstance(j.get("array_task_string"), str) else ()
+        pending = expand_tasks(j["array_task_string"], pending_left) if array and task is None \
+            and isinstance(j.get("array_task_string"), str) else ()
+        pending_left -= len(pending)
         out.append(Record(
             job_id=str(job_id), array_job_id=str(array) if array else None, task=task,
             pending_tasks=pending, state=_job_state(j.get("job_state")) or "UNKNOWN",

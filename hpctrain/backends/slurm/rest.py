@@ -10,7 +10,8 @@ neither Slurm's tools nor ssh to a login node (a JupyterHub, a CI runner):
   sbatch would get; its `#SBATCH` lines travel as the REST job description (restjobs.py).
 - submit, status/list, cancel, `submit --resume` are one HTTP request each (restapi.py);
   run.json's extra.rest names the site, the URL, the token's variable and the API version,
-  never the token.
+  never the token, and is held to the user's own profile of that site when read back
+  (trusted): the site's profile, not the run directory, says where requests go.
 - The job's environment is PATH plus the job's secrets and notify URL, taken from here by name
   (slurmrestd has no --export=ALL; the rendered script sets everything else itself).
 - Requeue has no endpoint in slurmrestd (openapi v0.0.38-v0.0.42): requeue_allocation says so.
@@ -28,6 +29,7 @@ from msgspec import Meta
 
 from ...errors import HpctrainError
 from ...runs.records import Run
+from ...schema.spec import NAME_PATTERN
 from ..base import Backend, JobState
 from ..commands import SchedulerError
 from . import restapi, restjobs
@@ -37,13 +39,14 @@ JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class RestRecord(msgspec.Struct, forbid_unknown_fields=True):
-    """run.json's extra.rest, checked when read back: it names where requests go."""
-    site: Annotated[str, Meta(max_length=200)]
-    url: Annotated[str, Meta(pattern=r"^https?://[A-Za-z0-9._~:\[\]-]+(/[!-~]*)?\Z", max_length=2048)]
-    token_from: Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z", max_length=200)]
+    """run.json's extra.rest, checked when read back. Its url, token_from and user must be what
+    the user's own profile of that site says (trusted): a run directory never chooses them."""
+    site: Annotated[str, Meta(pattern=NAME_PATTERN, max_length=100)]
+    url: Annotated[str, Meta(max_length=2048)]
+    token_from: Annotated[str, Meta(max_length=4096)]
     user: Union[Annotated[str, Meta(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")], None] = None
     version: Union[Literal[restapi.VERSIONS], None] = None  # type: ignore[valid-type]
-    timeout: Annotated[int, Meta(ge=1, le=3600)] = 30
+    timeout: Annotated[float, Meta(gt=0, le=3600)] = 30
 
 
 def record(site) -> dict:
@@ -54,11 +57,50 @@ def record(site) -> dict:
 
 def checked(rec, where: str) -> dict:
     try:
-        return msgspec.to_builtins(msgspec.convert(rec, RestRecord))
-    except msgspec.ValidationError as exc:
-        raise HpctrainError(f"{where}: 'rest' is not what hpctrain writes ({exc})",
+        conf = msgspec.to_builtins(msgspec.convert(rec, RestRecord))
+        restapi.target(conf["url"])
+        restapi.token_source(conf["token_from"])
+    except (msgspec.ValidationError, restapi.Unusable) as exc:
+        said = exc.what if isinstance(exc, restapi.Unusable) else str(exc)
+        raise HpctrainError(f"{where}: 'rest' is not what hpctrain writes ({said})",
                             fix="restore run.json (hpctrain writes it at submit) or remove that "
                             "run directory; its values only name where requests go") from None
+    return conf
+
+
+def trusted(rec, where: str) -> dict:
+    """run.json's extra.rest held to the user's own site profile of that name (found as --site
+    finds it, never by a path): where the token goes and which token are that profile's; the
+    run keeps only the API version its server answered. HpctrainError when they differ."""
+    from ...schema.profiles import named, read
+    conf = checked(rec, where)
+    try:
+        path = named(conf["site"])
+    except HpctrainError as exc:
+        raise HpctrainError(f"{where}: the run was submitted through slurmrestd to site "
+                            f"'{conf['site']}', which is not among your site profiles",
+                            fix=f"{exc.fix} (the run's requests go where your own profile of "
+                            "the site says)") from None
+    site, doc = read(path)
+    if site.rest is None:
+        raise HpctrainError(f"{where}: the run was submitted through slurmrestd to site "
+                            f"'{conf['site']}', and your profile of that site ({path}) has no "
+                            "rest: section", fix="add the site's rest: section back to that "
+                            "profile (its requests go where your own profile says), or follow "
+                            "the run where Slurm's tools are")
+    restapi.check_section(site, doc)
+    own = record(site)
+    for key, name in (("url", "rest.url"), ("token_from", "rest.token_from"), ("user", "rest.user")):
+        if str(conf[key]).rstrip("/") != str(own[key]).rstrip("/"):
+            ran, yours = (restapi.shown(conf[key]), restapi.shown(own[key])) if key == "url" \
+                else (str(conf[key])[:100], str(own[key])[:100])
+            raise HpctrainError(
+                f"{where}: 'rest.{key}' is {ran!r}, but your profile of site '{conf['site']}' "
+                f"says {yours!r} ({doc.where(('rest', key))}): a run directory does not choose "
+                "where your token goes, or which one", fix=f"if you changed {name} since the "
+                f"submit, put it back in {path} to follow this run; else the run directory was "
+                "changed by someone: remove it (nothing was sent)")
+    return dict(own, version=conf["version"] if site.rest.version == "auto" else own["version"])
 
 
 class NoTools:
@@ -134,7 +176,7 @@ class RestBackend(Backend):
             if exc.http_status in (401, 403, 511) or "token" in (exc.fix or ""):
                 raise
             raise HpctrainError(f"{exc.what.split(': ', 1)[0]}: slurmrestd refused the job: "
-                                f"{restapi.said(exc.errors)}", fix="check partition/account/qos/"
+                                f"{exc.said}", fix="check partition/account/qos/"
                                 "time against the site profile; `hpctrain submit --dry-run` "
                                 "shows the script") from None
         if not isinstance(answer.job_id, int) or not 0 < answer.job_id < restjobs.records.MAX_JOB_ID:
@@ -156,7 +198,7 @@ class RestBackend(Backend):
         return self._submit(run, script, env, str(run.path), exclude)
 
     def _records(self):
-        return restjobs.parse_jobs(self.api.call("GET", "jobs", None, restapi.Jobs).jobs)
+        return restjobs.parse_jobs(self.api.call("GET", "jobs", None, restjobs.Jobs).jobs)
 
     def states(self, runs: list[Run]) -> list[JobState]:
         """One GET for every run (22.05's API has no job filter: the whole queue, as squeue)."""

@@ -12,9 +12,13 @@ naming it: sending the job without it would run another job than the script says
 from __future__ import annotations
 
 import math
+from typing import Annotated, Union
+
+import msgspec
+from msgspec import Meta
 
 from ...errors import HpctrainError
-from . import records
+from . import records, restapi
 
 # sbatch option -> (v0.0.38 field, v0.0.39+ field, kind). kind says how the value is written.
 _FIELDS = {
@@ -173,8 +177,63 @@ def _value(kind: str, key: str, value: str, new: bool):
 
 # ----------------------------------------------------------------------------- job records
 
+# The fields of a job record that are read, typed as both shapes write them: everything else
+# in an answer is skipped unread (no object is built for it), and a value of another shape
+# makes the answer "not slurmrestd's" instead of costing a Python object per byte.
+class _Number(msgspec.Struct, omit_defaults=True):
+    """23.02 on: {"set": true, "infinite": false, "number": 5}."""
+    set: Union[bool, None] = None
+    infinite: Union[bool, None] = None
+    number: Union[int, float, None] = None
+
+
+_Num = Union[int, float, _Number, None]
+_Text = Union[str, None]
+
+
+class _Signal(msgspec.Struct, omit_defaults=True):
+    id: _Num = None
+
+
+class _ExitCode(msgspec.Struct, omit_defaults=True):
+    """23.02 on: {"status": [...], "return_code": {...}, "signal": {"id": {...}, "name": ...}}."""
+    return_code: _Num = None
+    signal: Union[_Signal, None] = None
+
+
+class JobRecord(msgspec.Struct, omit_defaults=True):
+    job_id: _Num = None
+    array_job_id: _Num = None
+    array_task_id: _Num = None
+    array_task_string: _Text = None
+    job_state: Union[str, list[str], None] = None  # 22.05: "PENDING"; 23.02 on: ["PENDING", ...]
+    state_reason: _Text = None
+    exit_code: Union[int, _ExitCode, None] = None  # 22.05: the raw wait status
+    nodes: _Text = None
+    node_count: _Num = None
+    start_time: _Num = None
+    end_time: _Num = None
+    restart_cnt: _Num = None
+    standard_output: _Text = None
+    dependency: _Text = None
+    partition: _Text = None
+    qos: _Text = None
+    user_name: _Text = None
+    resv_name: _Text = None
+
+
+# Far more records than MAX_ANSWER holds of real ones (each is 2.5 KB or more): only an answer
+# of many tiny records reaches it, which would otherwise cost seconds to read.
+MAX_JOBS = 50_000
+
+
+class Jobs(restapi.Answer):
+    jobs: Annotated[list[JobRecord], Meta(max_length=MAX_JOBS)] = []
+
+
 def parse_jobs(jobs: list) -> list[records.Record]:
-    """GET /slurm/<version>/jobs' jobs -> Records, by `squeue --json`'s own bounded parser: 22.05's
-    squeue writes this API's v0.0.38 shape and 24.11's its v0.0.39+ one ({set, infinite,
-    number} numbers, state lists, exit-code objects), and that parser reads both."""
-    return records.job_records(jobs)
+    """GET /slurm/<version>/jobs' jobs (JobRecords, or the mappings they stand for) -> Records,
+    by `squeue --json`'s own bounded parser: 22.05's squeue writes this API's v0.0.38 shape and
+    24.11's its v0.0.39+ one ({set, infinite, number} numbers, state lists, exit-code objects),
+    and that parser reads both."""
+    return records.job_records(msgspec.to_builtins(jobs))
