@@ -36,31 +36,6 @@ apt_pid=$!
     exec bash scripts/install-slurm-release.sh
 ) >"${logs}/release.log" 2>&1 &
 release_pid=$!
-[[ -x .venv/bin/python ]] || python3 -m venv .venv
-# torch is pinned by constraints.txt: any other version would pull GBs of CUDA packages.
-# --no-compile: pip would byte-compile every module it installs (~45 core-seconds, one core,
-# before anything else could start); compileall does the same beside the unit tier below.
-.venv/bin/pip install -q --disable-pip-version-check --no-compile -c constraints.txt \
-    -e '.[test,rl,jax,watch,docs,search]'
-nice -n 10 .venv/bin/python -m compileall -q "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-    >"${logs}/compile.log" 2>&1 &
-compile_pid=$!
-# The real Isaac Lab 3.0 in its own Python 3.12 venv, its asset root and Warp's kernels (~2 min,
-# 7.4 GB, mostly the CUDA wheels its torch pin brings), beside the unit tier and the first tests.
-# Only tests/local and tests/e2e need it, and they wait for it themselves (isaaclab_ready, below),
-# after tests that do not (~3 min of slack). Measured on fresh clones: started before the venv
-# above, it slowed that install (which everything waits for) by ~45 s; started after the alone
-# tier, it slowed the sessions' first tests by more than it saved (1304 s in all against 1223 s);
-# beside the unit tier at equal priority it made the tier 108 s instead of ~40: hence nice.
-nice -n 10 bash scripts/install-isaaclab.sh >"${logs}/isaaclab.log" 2>&1 &
-isaaclab_pid=$!
-if ! wait "${apt_pid}"; then
-    cat "${logs}/apt.log" >&2
-    echo "test-all: the system packages did not install" >&2
-    exit 1
-fi
-echo "install (without DI-engine's venv): $((SECONDS - start)) s"
-
 # Each session gets its own index and runs directory, so CI never mixes with a developer's runs.
 pytest_session() {  # NAME ARGS...: one pytest session, its junit XML in ${logs}/NAME.xml
     local name=$1
@@ -71,17 +46,91 @@ pytest_session() {  # NAME ARGS...: one pytest session, its junit XML in ${logs}
         ${RUN_IN:-} .venv/bin/python -m pytest -q -rs -p no:cacheprovider --junitxml="${logs}/${name}.xml" "$@"
 }
 
-# Isaac Lab's install is done (any session may ask: it polls, as the install is no child of a
-# session's shell); its log when it failed.
-isaaclab_ready() {
+# The commands the README and docs/testing.md give, run exactly as written (their text is read
+# from the pages), so that what a user types is what passes here:
+#   - the fast tier (docs/testing.md): in a copy of this checkout (a fresh clone's files), its own
+#     venv, `pip install -e '.[test]'` then `pytest tests/unit`: a unit test that imports what
+#     the test extra lacks fails the run;
+#   - the README's first command: this checkout's .venv, a built wheel (not an editable install)
+#     and the main example on the local site; the extras the other tiers need go on top, and
+#     every `hpctrain` the cluster sessions run is that install's (HPCTRAIN_TEST_CLI,
+#     tests/conftest.py), so that a module or a data file the wheel lacks fails them.
+# PIP_NO_COMPILE=0 (pip's own spelling, in the environment, of --no-compile): pip would
+# byte-compile every module it installs (~45 core-seconds each time, before anything could
+# start); compileall does it for .venv beside the tiers.
+# shellcheck disable=SC2016  # the backticks are Markdown's fence, not a command
+readme_command=$(sed -n '/^```bash$/,/^```$/p' README.md | sed -n 2p)
+[[ ${readme_command} == "python3 -m venv .venv && "*" && .venv/bin/hpctrain submit examples/cartpole_ppo.yaml --wait" ]] ||
+    { echo "test-all: README.md's first command is no longer the install and its example: ${readme_command}" >&2; exit 1; }
+fast_tier=$(sed -n '/^# The fast tier, no root, no cluster:$/,/^$/p' docs/testing.md | sed -e '/^#/d' -e '/^$/d')
+[[ ${fast_tier} == "python3 -m venv .venv && "*$'\n'".venv/bin/python -m pytest tests/unit" ]] ||
+    { echo "test-all: docs/testing.md's fast tier is no longer an install and tests/unit: ${fast_tier}" >&2; exit 1; }
+fast_install=${fast_tier%%$'\n'*}
+unit_pid=
+if (($# == 0)); then
+    # 1. The fast tier, first: it needs neither the cluster nor DI-engine (its output once it ends).
+    t_unit=$SECONDS
+    (
+        mkdir -p "${logs}/fast-tier"
+        git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "${logs}/fast-tier"
+        cd "${logs}/fast-tier"
+        PIP_NO_COMPILE=0 bash -c "${fast_install}" >"${logs}/fast-install.log" 2>&1 ||
+            { cat "${logs}/fast-install.log"; echo "test-all: docs/testing.md's fast-tier install failed"; exit 1; }
+        echo "the fast tier's install (docs/testing.md): $((SECONDS - t_unit)) s"
+        pytest_session unit tests/unit
+    ) >"${logs}/unit.out" 2>&1 &
+    unit_pid=$!
+    trap 'kill "${unit_pid}" 2>/dev/null || true' EXIT  # (until the cleanup below replaces it)
+fi
+if ! HPCTRAIN_HOME="${logs}/home-readme" HPCTRAIN_RUNS_DIR="${logs}/home-readme/runs" PIP_NO_COMPILE=0 \
+    bash -c "${readme_command}" >"${logs}/readme.log" 2>&1 || ! grep -q "COMPLETED" "${logs}/readme.log"; then
+    cat "${logs}/readme.log" >&2
+    echo "test-all: README.md's first command failed" >&2
+    exit 1
+fi
+echo "README.md's install and example: $((SECONDS - start)) s"
+# The real Isaac Lab 3.0 in its own Python 3.12 venv, its asset root and Warp's kernels (~2 min,
+# 7.4 GB, mostly the CUDA wheels its torch pin brings), beside the unit tier and the first tests.
+# Only tests/local and tests/e2e need it, and they wait for it themselves (isaaclab_ready, below),
+# after tests that do not (~3 min of slack). Measured on fresh clones: started before the venv
+# above, it slowed that install (which everything waits for) by ~45 s; started after the alone
+# tier, it slowed the sessions' first tests by more than it saved (1304 s in all against 1223 s);
+# beside the unit tier at equal priority it made the tier 108 s instead of ~40: hence nice.
+nice -n 10 bash scripts/install-isaaclab.sh >"${logs}/isaaclab.log" 2>&1 &
+isaaclab_pid=$!
+# torch is pinned by constraints.txt: any other version would pull GBs of CUDA packages.
+PIP_NO_COMPILE=0 .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt \
+    '.[test,rl,jax,watch,docs,search]'
+export HPCTRAIN_TEST_CLI=${PWD}/.venv/bin/hpctrain
+# (its status is not the suite's: a package may ship files no Python compiles, which pip's own
+# compile step would have skipped as well)
+nice -n 10 .venv/bin/python -m compileall -q "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    >"${logs}/compile.log" 2>&1 &
+if ! wait "${apt_pid}"; then
+    cat "${logs}/apt.log" >&2
+    echo "test-all: the system packages did not install" >&2
+    exit 1
+fi
+echo "install (without DI-engine's venv): $((SECONDS - start)) s"
+
+# A background install is done (any session may ask: it polls, as the install is no child of a
+# session's shell); its log when it failed. Isaac Lab's and DI-engine's venvs are needed by
+# tests/local and tests/e2e only, which ask for them after tests that do not.
+install_ready() {  # WHAT PID MARKER LOG
     local t=$SECONDS
-    while kill -0 "${isaaclab_pid}" 2>/dev/null; do sleep 1; done
-    if [[ ! -e .venv-isaaclab/.hpctrain-isaaclab-3.0.0 ]]; then
-        cat "${logs}/isaaclab.log" >&2
-        echo "test-all: Isaac Lab's venv did not install" >&2
+    while kill -0 "$2" 2>/dev/null; do sleep 1; done
+    if [[ ! -e $3 ]]; then
+        cat "$4" >&2
+        echo "test-all: $1 did not install" >&2
         return 1
     fi
-    echo "Isaac Lab's venv ready (waited $((SECONDS - t)) s)"
+    echo "$1 ready (waited $((SECONDS - t)) s)"
+}
+isaaclab_ready() {
+    install_ready "Isaac Lab's venv" "${isaaclab_pid}" .venv-isaaclab/.hpctrain-isaaclab-3.0.0 "${logs}/isaaclab.log"
+}
+ding_ready() {
+    install_ready "DI-engine's venv" "${ding_pid}" .venv-ding/.hpctrain-ding-0.5.3 "${logs}/ding.log"
 }
 
 # The 15 slowest tests (setup + call + teardown) of every session of this run.
@@ -128,13 +177,7 @@ up_pid=$!
 ) >"${logs}/up-24.11.log" 2>&1 &
 up24_pid=$!
 
-if (($# == 0)); then
-    # 1. The fast tier first: it needs neither the cluster nor DI-engine (its output once it ends).
-    t_unit=$SECONDS
-    pytest_session unit tests/unit >"${logs}/unit.out" 2>&1 &
-    unit_pid=$!
-    session_pids=${unit_pid}
-fi
+session_pids=${unit_pid}
 
 if ! wait "${up_pid}"; then
     up_pid=
@@ -146,7 +189,7 @@ up_pid=
 cat "${logs}/up.log"
 
 if (($# > 0)); then
-    wait "${ding_pid}" || { cat "${logs}/ding.log" >&2; echo "test-all: DI-engine's venv did not install" >&2; exit 1; }
+    ding_ready
     wait "${up24_pid}" || { cat "${logs}/up-24.11.log" >&2; echo "test-all: the Slurm 24.11 cluster did not start" >&2; exit 1; }
     up24_pid=
     isaaclab_ready
@@ -170,15 +213,8 @@ cat "${logs}/unit.out"
 ((rc_unit == 0)) || { echo "test-all: the unit tier failed (the sessions not run)" >&2; exit 1; }
 echo "tests/unit: $((SECONDS - t_unit)) s"
 
-if ! wait "${ding_pid}"; then
-    cat "${logs}/ding.log" >&2
-    echo "test-all: DI-engine's venv did not install" >&2
-    exit 1
-fi
-# (compileall's status is not the suite's: a package may ship files no Python compiles, which
-# pip's own compile step would have skipped as well)
-wait "${compile_pid}" || true
-echo "install (all): done $((SECONDS - start)) s after the start"
+# (DI-engine's venv, Isaac Lab's and compileall go on beside the sessions: the sessions ask for
+# the venvs where they need them; compileall writes each file atomically)
 if ! wait "${up24_pid}"; then
     up24_pid=
     cat "${logs}/release.log" "${logs}/up-24.11.log" >&2
@@ -200,7 +236,7 @@ cat "${logs}/up-24.11.log"
 #                tests/cluster/release-exec.sh): with session A on 22.05, every command that
 #                parses Slurm's output runs on each release (docs/slurm-releases.md); then
 #                tests/local, once Isaac Lab's venv is in
-#     session C: tests/ssh, then tests/e2e (once Isaac Lab's venv is in), then side_files in
+#     session C: tests/ssh, then tests/e2e (once Isaac Lab's and DI-engine's venvs are in), then side_files in
 #                partition side
 # The files moved off session A are Slurm tests that name no node of node1..node4 (their node
 # faults, if any, land on the job's own nodes), their jobs sent to their partition by Slurm's own
@@ -228,7 +264,7 @@ b_pid=$!
     pytest_session ssh tests/ssh && rc_ssh=0 || rc_ssh=$?
     echo "tests/ssh: $((SECONDS - t)) s"
     t_e2e=$SECONDS
-    isaaclab_ready && pytest_session e2e tests/e2e && rc=0 || rc=$?
+    isaaclab_ready && ding_ready && pytest_session e2e tests/e2e && rc=0 || rc=$?
     echo "tests/e2e: $((SECONDS - t_e2e)) s (after tests/ssh)"
     t_side=$SECONDS
     SBATCH_PARTITION=side pytest_session slurm-side "${side_files[@]}" && rc_side=0 || rc_side=$?

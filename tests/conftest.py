@@ -130,13 +130,21 @@ def home(tmp_path, monkeypatch):
     return h
 
 
+# The `hpctrain` the `cli` fixture runs: HPCTRAIN_TEST_CLI names an installed one (test-all.sh:
+# the README's install, a built wheel, in a copy of this checkout), so that every command family
+# the tiers run goes through what a user installs, and a module or data file left out of the
+# wheel fails; else this checkout's, `python -m hpctrain` from the repository root.
+INSTALLED_CLI = os.environ.get("HPCTRAIN_TEST_CLI")
+HPCTRAIN = [INSTALLED_CLI] if INSTALLED_CLI else [sys.executable, "-m", "hpctrain"]
+
+
 class Cli:
-    """`python -m hpctrain ...` in a subprocess, from the repository root."""
+    """`hpctrain ...` (HPCTRAIN) in a subprocess, from the repository root."""
 
     def __call__(self, *args, check: bool | None = True, timeout: float = 120, env=None,
                  cwd=ROOT) -> subprocess.CompletedProcess:
         full_env = dict(os.environ, **(env or {}))
-        proc = subprocess.run([sys.executable, "-m", "hpctrain", *map(str, args)], cwd=cwd,
+        proc = subprocess.run([*HPCTRAIN, *map(str, args)], cwd=cwd,
                               capture_output=True, text=True, timeout=timeout, env=full_env)
         if check and proc.returncode != 0:
             raise AssertionError(f"hpctrain {' '.join(map(str, args))} exited {proc.returncode}\n"
