@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 from ..errors import HpctrainError
@@ -100,11 +101,36 @@ def _lock(path: Path):
     from optuna.storages.journal import JournalFileOpenLock
 
     class CheckedLock(JournalFileOpenLock):
-        """Optuna's O_EXCL lock file, looked at (check_lock) before each wait for it."""
+        """Optuna's O_EXCL lock file, taken as Optuna takes it (made exclusively; broken with
+        Optuna's own release once it has not changed for the grace period), with the lock file
+        looked at (check_lock) at every wait, not only before the first: Optuna's loop retries
+        without sleeping whenever it cannot stat the lock, so a dangling link planted while a
+        worker waits would spin that worker at 100 % CPU until its time limit."""
 
         def acquire(self) -> bool:
-            check_lock(path)
-            return super().acquire()
+            lock = f"{path}{LOCK_SUFFIX}"
+            pause, mtime, changed = 0.001, None, time.monotonic()
+            while True:
+                check_lock(path)
+                try:
+                    os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
+                                     | os.O_CLOEXEC))
+                    return True
+                except FileExistsError:
+                    pass
+                try:
+                    now_mtime = os.lstat(lock).st_mtime
+                except FileNotFoundError:
+                    continue  # released meanwhile: take it
+                if now_mtime != mtime:
+                    mtime, changed = now_mtime, time.monotonic()
+                elif self.grace_period is not None and time.monotonic() - changed > self.grace_period:
+                    try:
+                        self.release()  # a holder killed -9 left it
+                    except RuntimeError:
+                        pass  # another waiter broke it first
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     return CheckedLock(str(path))
 

@@ -294,6 +294,35 @@ def test_a_lock_planted_while_the_study_is_open_is_refused_at_the_next_wait(tmp_
         study.set_user_attr("x", 1)
 
 
+def test_a_link_planted_while_a_worker_waits_for_the_lock_ends_its_wait(tmp_path):
+    """Another worker holds the lock; this one waits. A dangling link replaces the lock file
+    meanwhile: the waiter says so at its next look (at most its ~1 s pause), never spins."""
+    import threading
+    d = make_study(tmp_path)
+    lock = Path(f"{_journal(d)}.lock")
+    lock.write_text("")  # held by another worker
+    waiter = journal._lock(_journal(d))
+    outcome = []
+
+    def wait():
+        try:
+            outcome.append(waiter.acquire())
+        except HpctrainError as exc:
+            outcome.append(str(exc))
+    t = threading.Thread(target=wait, daemon=True)
+    t.start()
+    t.join(0.2)
+    assert t.is_alive() and not outcome  # waiting for the holder
+    lock.unlink()
+    lock.symlink_to(tmp_path / "nothing")
+    t.join(10)
+    assert not t.is_alive() and "dangling" in outcome[0], outcome
+    lock.unlink()
+    assert waiter.acquire() is True and lock.is_file()  # a free lock is taken
+    waiter.release()
+    assert not lock.exists()
+
+
 def test_optunas_own_symlink_lock_on_the_journal_is_a_lock(tmp_path):
     """optuna-dashboard (JournalFileBackend's default lock) holds the same lock file as a link
     to the journal: a held lock, which the file lock waits for, then breaks when stale."""
