@@ -1,8 +1,11 @@
-"""Issue 40, item 2, on the real cluster with gloo: a 2-node x 2-rank GPU job whose rank 3 sleeps
-in its own code before the all-reduce ranks 0-2 wait in, no progress reports, hang_timeout 20.
-The watcher asks every rank for its flight recorder's dump (rank/during/flight.py) and ends them; the
-failure record names rank 3 and its node — its last collective lags the others' — and the
-requeued attempt runs without that node and completes."""
+"""Issues 40 and 50 on the real cluster with gloo: a 2-node x 2-rank GPU job whose rank 3 sleeps
+in its own code before its first collective, while ranks 0-2 wait in all-reduce #1; no progress
+reports, hang_timeout 20. The watcher asks every rank for its flight recorder's dump
+(rank/during/flight.py) and ends them; rank 3's recorder holds no entry at all, which is what
+names it (it enqueued nothing where the others did), with its node, and the requeued attempt
+runs without that node and completes. Stalled between two collectives or busy in its own code
+after one: tests/unit/test_flight_recorder.py, over real dumps of each, and
+tests/local/test_hang_culprit_local.py."""
 from __future__ import annotations
 
 import json
@@ -23,7 +26,7 @@ def test_the_lagging_rank_is_named_with_its_node_and_the_requeue_leaves_it_out(c
     job = tmp_path / "late.yaml"
     job.write_text(json.dumps({
         "name": "late", "library": "command", "script": str(ROOT / "tests/programs/late_rank.py"),
-        "args": ["--late-rank", "3", "--first-attempt-only"], "python": sys.executable,
+        "args": ["--late-rank", "3", "--when", "before", "--first-attempt-only"], "python": sys.executable,
         # the nodes' GPUs as the health gate reads them (the stand-in nvidia-smi, no fault)
         "setup": [f"export PATH={ROOT / 'tests' / 'fakes'}:$PATH FAKE_SMI_GPUS=4"],
         "resources": {"nodes": 2, "procs_per_node": 2, "gpus_per_node": 2, "time": "00:05:00"},
@@ -38,8 +41,8 @@ def test_the_lagging_rank_is_named_with_its_node_and_the_requeue_leaves_it_out(c
     node = ranks[3]["node"]
     assert hang["nodes"] == [node] and re.fullmatch(r"node\d+", node), hang
     assert hang["message"].startswith(
-        f"rank 3 on {node} (at late_rank.py:20 in <module>) held the others (flight recorder): "
-        "its last collective in process group 0 was #1; rank(s) 0, 1, 2 wait in #2 "
+        f"rank 3 on {node} (at late_rank.py:24 in <module>) held the others (flight recorder): "
+        "it had enqueued no collective in process group 0; rank(s) 0, 1, 2 wait in #1 "
         "(gloo:all_reduce). no rank has progressed for 20 s"), hang
     # The stacks (SIGQUIT before SIGKILL) agree: rank 3 in its own code, the others in all_reduce.
     assert [(r, ranks[r]["culprit"], ranks[r]["stack"].endswith(" in all_reduce")) for r in sorted(ranks)] == [

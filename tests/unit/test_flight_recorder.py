@@ -35,6 +35,46 @@ def test_the_real_dumps_count_each_ranks_collectives_and_single_out_the_late_one
     assert culprit.lagging({0: DUMPS[0]}) is None
 
 
+def _fixture(name: str) -> dict[int, dict]:
+    return {r: json.loads((FIXTURES / f"{name}.rank-{r}.json").read_text()) for r in range(4)}
+
+
+def test_a_rank_stalled_before_its_first_collective_is_the_one_the_others_wait_for():
+    # Issue 50: rank 3 asleep before its first all-reduce; torch lists no group in its
+    # pg_status and no entry at all, where ranks 0-2 enqueued #1. It enqueued nothing: it lags.
+    dumps = _fixture("gloo-rank-3-before-its-first")
+    assert dumps[3]["recorders"]["cpu"]["pg_status"] == {} and "entries" not in dumps[3]["recorders"]["cpu"]
+    assert culprit.enqueued(dumps[3]) == {("cpu", "0"): 0}
+    assert culprit.enqueued(dumps[0]) == {("cpu", "0"): 1}
+    late, said, ahead = culprit.lagging(dumps)
+    assert (late, ahead) == ([3], [0, 1, 2])
+    assert said == ("it had enqueued no collective in process group 0; rank(s) 0, 1, 2 wait in #1 "
+                    "(gloo:all_reduce)")
+    # No rank has run a collective yet: nobody lags.
+    assert culprit.lagging({r: dumps[3] for r in range(4)}) is None
+
+
+def test_a_rank_busy_in_its_own_code_after_a_collective_is_the_one_the_others_wait_for():
+    # Rank 3 computing (a CPU held, not a sleep) after all-reduce #1: its responder thread still
+    # answers, and its count lags.
+    dumps = _fixture("gloo-rank-3-busy-after-one")
+    late, said, ahead = culprit.lagging(dumps)
+    assert (late, ahead) == ([3], [0, 1, 2])
+    assert said == "its last collective in process group 0 was #1; rank(s) 0, 1, 2 wait in #2 (gloo:all_reduce)"
+
+
+def test_a_rank_stalled_before_its_first_collective_is_named_and_its_node_blamed(tmp_path):
+    dumps = _fixture("gloo-rank-3-before-its-first")
+    _hung_run(tmp_path, dumps, token=dumps[0]["request"], acks=dumps[0]["request"])
+    summarize(str(tmp_path), "hang", 137)
+    failure = read_job_failure(str(tmp_path))
+    assert failure.nodes == ["node2"], failure
+    assert failure.message.startswith(
+        "rank 3 on node2 held the others (flight recorder): it had enqueued no collective in "
+        "process group 0; rank(s) 0, 1, 2 wait in #1 (gloo:all_reduce). "), failure.message
+    assert recovery.decide(str(tmp_path), 2)[:2] == (True, ["node2"])
+
+
 def test_an_nccl_recorders_groups_are_judged_alike():
     # ProcessGroupNCCL's recorder (_dump_nccl_trace_json, CUDA builds) writes the same format
     # (FlightRecorder, version 2.10): here the captured gloo dump under that recorder's name.

@@ -122,6 +122,13 @@ def enqueued(dump: dict) -> dict[tuple[str, str], int]:
             # torch numbers its process groups; nothing else of a dump reaches the message
             if re.fullmatch(r"[0-9]{1,9}", pg) and last is not None:
                 out[(recorder, pg)] = last
+        # Every rank is in the default group (0), but torch lists a group in pg_status only
+        # from its first collective on: a rank stalled before its first one has none there (a
+        # real dump: pg_status {}, no entries). It enqueued nothing, so it lags any rank that
+        # did. (Another group's members cannot be told from a dump: those are compared among
+        # the ranks that list it; a count there that is no number tells nothing.)
+        if "0" not in status:
+            out[(recorder, "0")] = 0
     return out
 
 
@@ -156,8 +163,9 @@ def lagging(dumps: dict[int, dict]) -> tuple[list[int], str, list[int]] | None:
         ahead.update(early)
         op = _op(dumps[early[0]], recorder, pg, low + 1)
         group = f"{'NCCL ' if recorder == 'nccl' else ''}process group {pg}"
-        said.append(f"its last collective in {group} was #{low}; rank(s) "
-                    f"{', '.join(map(str, early))} wait in #{low + 1}{f' ({op})' if op else ''}")
+        last = f"its last collective in {group} was #{low}" if low > 0 else f"it had enqueued no collective in {group}"
+        said.append(f"{last}; rank(s) {', '.join(map(str, early))} wait in #{low + 1}"
+                    f"{f' ({op})' if op else ''}")
     ahead -= behind
     if not behind or not ahead:
         return None
