@@ -21,10 +21,16 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 start=$SECONDS
 logs=$(mktemp -d)
+# Bytecode is written, as on a user's machine, where this project's machines set
+# PYTHONDONTWRITEBYTECODE: each module is compiled once, by the first process that imports it,
+# instead of by every process (a rank, a torchrun agent, an hpctrain command: torch alone is ~800
+# modules) or by a compileall of every venv module, imported or not.
+unset PYTHONDONTWRITEBYTECODE
 # DI-engine cannot share the main venv (its setuptools pin conflicts with torch's): its own,
 # ~1-2 min, installed while the rest installs and the unit tier runs.
 # (niced, as the Isaac Lab install below: the unit tier, which everything waits for, comes first)
-nice -n 10 bash scripts/install-ding-venv.sh >"${logs}/ding.log" 2>&1 &
+# (PIP_NO_COMPILE=0: its bytecode is written by what imports it, below)
+PIP_NO_COMPILE=0 nice -n 10 bash scripts/install-ding-venv.sh >"${logs}/ding.log" 2>&1 &
 ding_pid=$!
 # Debian's packages (Slurm, shellcheck...) beside the venv's: neither needs the other.
 bash scripts/install-system-deps.sh >"${logs}/apt.log" 2>&1 &
@@ -57,7 +63,7 @@ pytest_session() {  # NAME ARGS...: one pytest session, its junit XML in ${logs}
 #     tests/conftest.py), so that a module or a data file the wheel lacks fails them.
 # PIP_NO_COMPILE=0 (pip's own spelling, in the environment, of --no-compile): pip would
 # byte-compile every module it installs (~45 core-seconds each time, before anything could
-# start); compileall does it for .venv beside the tiers.
+# start); the tiers' processes write the bytecode of what they import (above).
 # shellcheck disable=SC2016  # the backticks are Markdown's fence, not a command
 readme_command=$(sed -n '/^```bash$/,/^```$/p' README.md | sed -n 2p)
 [[ ${readme_command} == "python3 -m venv .venv && "*" && .venv/bin/hpctrain submit examples/cartpole_ppo.yaml --wait" ]] ||
@@ -102,10 +108,6 @@ isaaclab_pid=$!
 PIP_NO_COMPILE=0 .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt \
     '.[test,rl,jax,watch,docs,search]'
 export HPCTRAIN_TEST_CLI=${PWD}/.venv/bin/hpctrain
-# (its status is not the suite's: a package may ship files no Python compiles, which pip's own
-# compile step would have skipped as well)
-nice -n 10 .venv/bin/python -m compileall -q "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-    >"${logs}/compile.log" 2>&1 &
 if ! wait "${apt_pid}"; then
     cat "${logs}/apt.log" >&2
     echo "test-all: the system packages did not install" >&2
@@ -213,8 +215,8 @@ cat "${logs}/unit.out"
 ((rc_unit == 0)) || { echo "test-all: the unit tier failed (the sessions not run)" >&2; exit 1; }
 echo "tests/unit: $((SECONDS - t_unit)) s"
 
-# (DI-engine's venv, Isaac Lab's and compileall go on beside the sessions: the sessions ask for
-# the venvs where they need them; compileall writes each file atomically)
+# (DI-engine's and Isaac Lab's venvs go on beside the sessions, which ask for them where they
+# need them)
 if ! wait "${up24_pid}"; then
     up24_pid=
     cat "${logs}/release.log" "${logs}/up-24.11.log" >&2

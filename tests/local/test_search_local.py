@@ -124,36 +124,6 @@ def test_a_local_study_prunes_finds_the_optimum_and_survives_a_killed_worker(cli
     assert cost.pruned == st.counts["PRUNED"] and all(c.node_hours for c in cost.trials if c.state != "FAIL")
 
 
-def test_a_real_rl_study_cartpole_ppo_learning_rate_and_entropy(cli, tmp_path):
-    """PPO on CartPole (examples/cartpole_ppo.py, DDP over 2 ranks): three trials of the
-    learning rate and the entropy bonus, all at once; each trial's value is its training's
-    last reported mean return."""
-    job = {"name": "cartpole-study", "script": str(ROOT / "examples/cartpole_ppo.py"),
-           "python": sys.executable, "seed": 7, "resources": {"procs_per_node": 2},
-           "args": ["--updates=4", "--num-envs=2", "--steps=64", "--lr=0.0025", "--entropy=0.01"],
-           "search": {"params": {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
-                                 "entropy": {"low": 0.0, "high": 0.05}},
-                      "n_trials": 3, "parallel": 3, "pruner": "none", "seed": 3}}
-    path = tmp_path / "cartpole.yaml"
-    path.write_text(yaml.safe_dump(job))
-    _, run_dir = submitted(cli("submit", path, "--site", "local", "--wait", timeout=300).stdout)
-    study = _study(run_dir)
-    trials = study.get_trials()
-    assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), \
-        [(t.number, t.state, t.user_attrs.get("fail_cause")) for t in trials]
-    import json
-    for t in trials:
-        d = run_dir / t.user_attrs["trial_dir"]
-        assert json.loads((d / "params.json").read_text()) == t.params
-        ranks = {json.loads(p.read_text())["rank"]: json.loads(p.read_text())
-                 for p in (d / "status").glob("progress-*.json")}
-        assert sorted(ranks) == [0, 1] and ranks[0]["step"] == 4
-        assert t.value == ranks[0]["metrics"]["reward"] and t.intermediate_values
-        assert f"--lr={t.params['lr']}" in (d / "job.yaml").read_text()
-    assert len({t.params["lr"] for t in trials}) == 3
-    assert study.best_value == max(t.value for t in trials)
-
-
 def test_failures_in_a_row_stop_the_study_with_their_cause(cli, tmp_path):
     """A setting that breaks every trial (here: every lr diverges) stops the study after
     search.max_failures failed trials in a row, with the cause, instead of burning n_trials.
