@@ -199,3 +199,43 @@ def test_site_detect_through_the_cli_with_hostile_tools_writes_a_profile_that_lo
     assert "defaults" not in doc  # 'gpu?[2J' is no partition's name: a TODO instead
     assert "sinfo names the partition 'gpu?[2J'" in out.getvalue()
     _printable(out_file.read_text(), [])
+
+
+@pytest.mark.parametrize("damage", ["facts-not-records", "fact-without-python", "node-a-number",
+                                    "reach-a-string", "port-a-word", "python-a-list"])
+def test_probe_records_of_another_shape_end_in_one_error(tmp_path, monkeypatch, damage):
+    """The probe job's records are the nodes' output: records of a shape probe.py never writes
+    (a fact that is a list, a missing key, a number where a name goes) end `site detect` with
+    one error and its fix, exit 2, never a traceback."""
+    tried("site detect")
+    probe = copy.deepcopy(evidence({"g01": True, "g01-ib": False, "10.0.0.1": True}))
+    if damage == "facts-not-records":
+        probe["facts"] = [["node", "g01"]] * 2
+    elif damage == "fact-without-python":
+        del probe["facts"][0]["python"]
+    elif damage == "node-a-number":
+        probe["facts"][0]["node"] = {"n": 1}
+    elif damage == "reach-a-string":
+        probe["reach"] = ["peer"] * 2
+    elif damage == "port-a-word":
+        probe["port"] = {"p": "x"}
+    else:
+        probe["facts"][0]["python"] = ["py"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\nprintf 'ClusterName = big\\nSLURM_VERSION = 24.11.5\\n'\n")
+    (bin_dir / "sinfo").write_text("#!/bin/sh\nprintf 'gpu*|1-00:00:00|4|64|512000|gpu:a100:4|g[01-04]\\n'\n")
+    for tool in ("scontrol", "sinfo"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("HPCTRAIN_RUNS_DIR", str(tmp_path / "runs"))
+    from hpctrain.backends.slurm import detect
+    monkeypatch.setattr(detect, "run_probe", lambda *a, **k: probe)
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main(["site", "detect", "hx", "--out", str(tmp_path / "hx.yaml")])
+    text = out.getvalue() + err.getvalue()
+    if rc == 0:  # a damage decide() does not read: the profile it wrote loads
+        _loads(tmp_path, (tmp_path / "hx.yaml").read_text())
+    else:
+        assert rc == 2 and "error: " in err.getvalue() and "unexpectedly" not in text, text

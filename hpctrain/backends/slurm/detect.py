@@ -465,7 +465,17 @@ def detect(name: str, out_path: Path, partition: str | None, nodelist: str | Non
                             fix=f"one of: {', '.join(parts) or '(none)'}")
     python = python or [sys.executable]
     evidence = run_probe(python, partition, nodelist, work) if probe else None
-    text, todo = decide(name, config, parts, partition, evidence, python)
+    try:
+        text, todo = decide(name, config, parts, partition, evidence, python)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        if evidence is None:
+            raise
+        # The probe's records come from the nodes (rank/before/probe.py's output): records of
+        # another shape than it writes are told, not a traceback.
+        raise HpctrainError(f"the probe job's records are not what rank/before/probe.py writes "
+                            f"({type(exc).__name__}): see {work}",
+                            fix="run `hpctrain site detect` again, or with --no-probe to write "
+                            "the profile from scontrol and sinfo alone") from None
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(text)
     return text, todo
