@@ -68,6 +68,9 @@ MAX_INT_BOUND = 2 ** 53
 MAX_SEED = 2 ** 32 - 1
 # A worker's sampler seed: the study's, plus this per worker, plus the trials it ran so far.
 SEED_PER_WORKER = 1000
+# Ranks of a study's trials on this machine at once, per CPU: beyond it the machine does little
+# but switch between them, and a number such as 1000000 would exhaust its processes.
+LOCAL_PROCESSES_PER_CPU = 4
 
 
 def worker_seed(seed: int, worker: int, ran: int) -> int:
@@ -250,11 +253,6 @@ def check_workers(spec: JobSpec, site, scheduler, where) -> None:
                             f"set search.parallel: {limit} or fewer (each worker runs trial after "
                             "trial), or raise the site's limits.max_array_size if the cluster's "
                             "MaxArraySize allows")
-
-
-# Ranks of a study's trials on this machine at once, per CPU: beyond it the machine does little
-# but switch between them, and a number such as 1000000 would exhaust its processes.
-LOCAL_PROCESSES_PER_CPU = 4
 
 
 def local_cpus() -> int:
