@@ -12,6 +12,7 @@ import msgspec
 
 from . import sites
 from .checks import check, check_sweep, check_text, fill_resources, isaaclab_release, sweep_points
+from .machine import check_local_sweep
 from ..errors import HpctrainError
 from ..schema.origins import Origins
 from ..schema.spec import JobSpec, SiteProfile, deep_merge, explain, parse_override, set_path
@@ -207,8 +208,11 @@ def _with_tasks(job: Job, site_doc: Located) -> Job:
     sweep's job, whose document holds every task's values too (under `sweep:`), so a task
     scans only its own point. The schema, the resource fill and every job check run per task:
     they depend on what the task changes."""
+    from ..backends import backend_class
     where = job.origins
-    check_sweep(job.spec, job.site, where)
+    ntasks = check_sweep(job.spec, job.site, where)
+    if backend_class(job.site.scheduler).runs_here:
+        check_local_sweep(job.spec, ntasks, job.site.name, where)
     base = dict(job.raw)
     base.pop("sweep", None)
     base.pop("site", None)

@@ -8,13 +8,13 @@ module knows nothing of it, so that `validate` needs no Optuna.
 from __future__ import annotations
 
 import math
-import os
 
 import msgspec
 
 from ..errors import HpctrainError
 from ..schema.spec import JobSpec, SearchParam, set_path
-from .checks import SWEEP_FIXED, array_limit, procs_per_node
+from .checks import SWEEP_FIXED, array_limit
+from .machine import bound_text, local_slots
 
 # The prefixes an argument may carry before a Hydra-style key: +key=, --key=, key=.
 _ARG_PREFIXES = ("", "+", "--")
@@ -68,9 +68,6 @@ MAX_INT_BOUND = 2 ** 53
 MAX_SEED = 2 ** 32 - 1
 # A worker's sampler seed: the study's, plus this per worker, plus the trials it ran so far.
 SEED_PER_WORKER = 1000
-# Ranks of a study's trials on this machine at once, per CPU: beyond it the machine does little
-# but switch between them, and a number such as 1000000 would exhaust its processes.
-LOCAL_PROCESSES_PER_CPU = 4
 
 
 def worker_seed(seed: int, worker: int, ran: int) -> int:
@@ -235,14 +232,11 @@ def check_workers(spec: JobSpec, site, scheduler, where) -> None:
     parallel = spec.search.parallel
     at = where(("search", "parallel"))
     if scheduler.runs_here:
-        cpus = local_cpus()
-        limit = max(1, LOCAL_PROCESSES_PER_CPU * cpus // procs_per_node(spec))
+        limit = local_slots(spec)
         if parallel > limit:
             raise HpctrainError(
                 f"search.parallel is {parallel}: on site '{site.name}' every worker is a process "
-                f"of this machine running a trial of {procs_per_node(spec)} rank(s) at a time, "
-                f"and this machine gives hpctrain {cpus} CPU(s): at most {limit} worker(s) "
-                f"({LOCAL_PROCESSES_PER_CPU} ranks per CPU)", at,
+                f"of this machine running one trial at a time; {bound_text(spec)}", at,
                 f"set search.parallel: {limit} or fewer, or run the study on a cluster site "
                 "(--site NAME)")
         return
@@ -253,15 +247,6 @@ def check_workers(spec: JobSpec, site, scheduler, where) -> None:
                             f"set search.parallel: {limit} or fewer (each worker runs trial after "
                             "trial), or raise the site's limits.max_array_size if the cluster's "
                             "MaxArraySize allows")
-
-
-def local_cpus() -> int:
-    """The CPUs this process may run on (a cgroup or taskset may give it fewer than the
-    machine has)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
 
 
 def shape(spec: JobSpec) -> str:

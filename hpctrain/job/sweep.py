@@ -10,6 +10,7 @@ import msgspec
 
 from .. import __version__
 from .load import Job
+from .machine import local_slots
 from .plan import LaunchPlan
 
 
@@ -28,8 +29,13 @@ class ArrayPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def parallelism(job: Job, n: int) -> int:
+    """Tasks at once: the sweep's `parallel`, else the site's array_parallelism, else all of
+    them, where the local site's default is what this machine can run (job/machine.py)."""
+    from ..backends import backend_class
     sweep = job.spec.sweep
     k = (sweep.parallel if sweep and sweep.parallel else None) or job.site.array_parallelism or n
+    if backend_class(job.site.scheduler).runs_here:
+        k = min(k, local_slots(job.spec))
     return max(1, min(k, n))
 
 

@@ -25,8 +25,8 @@ import pytest
 
 from hpctrain.errors import HpctrainError
 from hpctrain.job.load import load_job
-from hpctrain.job.search import (LOCAL_PROCESSES_PER_CPU, MAX_INT_BOUND, MAX_SEED, local_cpus,
-                                 worker_seed)
+from hpctrain.job.machine import RANKS_PER_CPU, local_cpus
+from hpctrain.job.search import MAX_INT_BOUND, MAX_SEED, worker_seed
 from hpctrain.schema.spec import Pbt, Search, SearchParam
 from tests.hostile import tried
 
@@ -215,12 +215,12 @@ def test_a_worker_past_the_top_seed_wraps_instead_of_failing(home, tmp_path):
 
 def test_local_parallel_is_bounded_by_this_machines_cpus(home, tmp_path):
     """parallel: 1000000 on the local site would start that many processes: refused with the
-    limit (LOCAL_PROCESSES_PER_CPU ranks per CPU this process may use) and the fix; the limit
+    limit (RANKS_PER_CPU ranks per CPU this process may use) and the fix; the limit
     itself passes; ranks per trial count."""
     (tmp_path / "train.py").write_text("")
-    limit = LOCAL_PROCESSES_PER_CPU * local_cpus()
+    limit = RANKS_PER_CPU * local_cpus()
     err = refused(tmp_path, "params: {lr: {low: 0.1, high: 1}}\nparallel: 1000000", site="local")
-    assert f"this machine gives hpctrain {local_cpus()} CPU(s): at most {limit} worker(s)" \
+    assert f"this machine gives hpctrain {local_cpus()} CPU(s): at most {limit} at once" \
         in err.what and err.where.endswith("job.yaml:7"), str(err)
     assert f"search.parallel: {limit} or fewer" in err.fix and "--site" in err.fix
     assert load(tmp_path, f"params: {{lr: {{low: 0.1, high: 1}}}}\nparallel: {limit}",
@@ -228,7 +228,7 @@ def test_local_parallel_is_bounded_by_this_machines_cpus(home, tmp_path):
     path = _path(tmp_path, f"params: {{lr: {{low: 0.1, high: 1}}}}\nparallel: {limit}")
     with pytest.raises(HpctrainError) as info:  # 4 ranks per trial: a quarter of the workers
         load_job(str(path), site="local", overrides=["resources.procs_per_node=4"])
-    assert f"at most {max(1, limit // 4)} worker(s)" in info.value.what
+    assert f"at most {max(1, limit // 4)} at once" in info.value.what
 
 
 def test_slurm_parallel_is_bounded_by_the_sites_array_size(home, tmp_path):

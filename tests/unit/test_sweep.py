@@ -60,3 +60,23 @@ def test_local_sweep_runs_k_at_a_time(home):
     assert "K=2" not in prep.script and "N=3" in prep.script  # local has no array_parallelism
     prep = prepare(job({"seeds": [1, 2, 3], "parallel": 2}, site="local"))
     assert "K=2" in prep.script and "wait -n" in prep.script
+
+
+def test_a_local_sweep_is_bounded_by_this_machines_cpus(home, monkeypatch):
+    """A sweep's tasks on the local site are processes of this machine: by default as many run
+    at once as its CPUs take (job/machine.py: 4 ranks per CPU), and a `parallel` that would
+    start more is refused with the bound and the fix; above the number of tasks it is harmless."""
+    import hpctrain.job.machine as machine
+    monkeypatch.setattr(machine, "local_cpus", lambda: 2)
+    prep = prepare(job({"seeds": list(range(20))}, site="local"))
+    assert prep.parallel == 8 and "K=8" in prep.script
+    prep = prepare(job({"seeds": list(range(20))}, site="local",
+                       resources={"nodes": 1, "procs_per_node": 3}))
+    assert prep.parallel == 2  # 3 ranks a task: 8 // 3
+    with pytest.raises(HpctrainError) as err:
+        job({"seeds": list(range(20)), "parallel": 1000000}, site="local")
+    assert "sweep.parallel is 1000000" in err.value.what, err.value
+    assert "this machine gives hpctrain 2 CPU(s): at most 8 at once" in err.value.what
+    assert "sweep.parallel: 8 or fewer" in err.value.fix and "--site" in err.value.fix
+    assert job({"seeds": [1, 2, 3], "parallel": 1000000}, site="local").spec.sweep.parallel == 1000000
+    assert prepare(job({"seeds": list(range(20)), "parallel": 1000000})).parallel == 20  # Slurm: the array's
