@@ -49,7 +49,8 @@ pytest_session() {  # NAME ARGS...: one pytest session, its junit XML in ${logs}
     # (RUN_IN: a prefix the session runs under, e.g. another Slurm release's clients)
     # shellcheck disable=SC2086  # RUN_IN is words
     HPCTRAIN_HOME="${logs}/home-${name}" HPCTRAIN_RUNS_DIR="${logs}/home-${name}/runs" \
-        ${RUN_IN:-} .venv/bin/python -m pytest -q -rs -p no:cacheprovider --junitxml="${logs}/${name}.xml" "$@"
+        ${RUN_IN:-} .venv/bin/python -m pytest -q -rs -p no:cacheprovider -o junit_logging=system-out \
+        --junitxml="${logs}/${name}.xml" "$@"
 }
 
 # The commands the README and docs/testing.md give, run exactly as written (their text is read

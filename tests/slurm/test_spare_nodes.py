@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.conftest import ROOT, job_state, submitted, wait_for_job
@@ -97,12 +98,14 @@ def test_a_node_cut_off_mid_training_is_replaced_and_a_dead_slurmd_keeps_the_all
     node down, the first spare takes its place and the ranks resume from the newest
     checkpoint — same job id, no requeue."""
     assert _slurmd_timeout() <= 60, "tests/cluster/up.sh sets SlurmdTimeout=20: run it again"
+    t0 = time.monotonic()
     job_id, run_dir = submitted(cli(
         "submit", "examples/resumable_train.yaml", "--site", cluster,
         "--set", f"python={sys.executable}", "--set", "resources.procs_per_node=1",
         "--set", "resources.spare_nodes=2",
         "--set", "args=[--iterations,24,--sleep,0.3,--save-every,4]", cwd=ROOT).stdout)
     wait_for_checkpoint(run_dir, job_id)
+    t_saved = time.monotonic()
     allocation = subprocess.run(["scontrol", "show", "hostnames", job_state(job_id)["NodeList"]],
                                 capture_output=True, text=True, check=True).stdout.split()
     chosen = json.loads((run_dir / "status" / "spares.json").read_text())["chosen"]
@@ -114,12 +117,19 @@ def test_a_node_cut_off_mid_training_is_replaced_and_a_dead_slurmd_keeps_the_all
     try:
         os.kill(pid, signal.SIGKILL)
         info = wait_for_job(job_id, timeout=180)
+        t_done = time.monotonic()
         states = {n: _node_state(n) for n in (victim, dead)}
     finally:
         subprocess.run(link + ["up"], check=True)
         _restart_slurmd(dead)
         _back_in_service([victim, dead])
     log = slurm_log(run_dir)
+    # (where the time goes, in the junit XML test-all.sh keeps: the cut to the end of the job is
+    # SlurmdTimeout plus the resumed training; the rest is the cluster's)
+    print(f"job {job_id}: checkpoint {t_saved - t0:.1f} s after the submit; link cut, job done "
+          f"{t_done - t_saved:.1f} s later; nodes back in service {time.monotonic() - t_done:.1f} s "
+          "after that")
+    print("\n".join(line for line in log.splitlines() if line.startswith(("[20", "srun"))))
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "0", (info, log[-4000:])
     assert all(s.startswith("DOWN") for s in states.values()), states
     left = subprocess.run(["scontrol", "show", "hostnames", info["NodeList"]],
