@@ -313,11 +313,6 @@ def _study(ref):
     return run, is_study(run)
 
 
-def _pbt(run) -> bool:
-    from .search.pbt.show import is_population
-    return is_population(run)
-
-
 def cmd_status(args) -> int:
     import json
     from .follow.display import describe, format_status
@@ -325,19 +320,14 @@ def cmd_status(args) -> int:
     if args.run:
         run, study = _study(args.run)
         st = status(run)
-        if study and _pbt(run):
-            from .search.pbt import show as pbt_show
-            pop = pbt_show.population(run)
-            from .search.show import as_json
-            print(json.dumps({"run": st.to_json(), "population": json.loads(as_json(pop))},
-                             indent=2)
-                  if args.json else pbt_show.format_population(pop, workers=describe(st.state)))
-            return 0
         if study:
-            from .search import follow, show
-            found = follow.status(run)
-            print(json.dumps({"run": st.to_json(), "study": json.loads(show.as_json(found))}, indent=2)
-                  if args.json else show.format_study(found, workers=describe(st.state)))
+            from .search import methods
+            from .search.show import as_json
+            method = methods.of(run)
+            found = method.status(run)
+            print(json.dumps({"run": st.to_json(), method.kind: json.loads(as_json(found))},
+                             indent=2)
+                  if args.json else method.format_status(found, workers=describe(st.state)))
             return 0
         print(json.dumps(st.to_json(), indent=2) if args.json else format_status(st, ranks=args.ranks))
         return 0
@@ -345,28 +335,23 @@ def cmd_status(args) -> int:
 
 
 def _study_notes(rows) -> dict:
-    """run path -> (the study's one-line summary, what it was made from, "study" or
-    "population") for the rows that are studies; a study whose journal or a population whose
-    lineage cannot be read says why in its own row, the other rows are shown as ever."""
+    """run path -> (the study's one-line summary, what it was made from, its method's kind:
+    "study" or "population") for the rows that are studies; a study whose state cannot be read
+    says why in its own row, the other rows are shown as ever."""
     from pathlib import Path
     from .runs.records import Run
-    from .search import follow
+    from .search import follow, methods
     notes = {}
     budget = [follow.LIST_BYTES]  # journals' bytes the whole table may read (follow.listed)
     for r in rows:
         run = Run(Path(r.path))
         if not follow.is_study(run):
             continue
-        kind = "population" if _pbt(run) else "study"
+        method = methods.of(run)
         try:
-            if kind == "population":  # its members and best, not an Optuna study
-                from .search.pbt import cost, show as pbt_show
-                pop = pbt_show.population(run)
-                notes[r.path] = (cost.summary(pop), pop, kind)
-                continue
-            notes[r.path] = (*follow.listed(run, budget), kind)
+            notes[r.path] = (*method.listed(run, budget), method.kind)
         except HpctrainError as exc:  # this run's row says why; the others are shown as ever
-            notes[r.path] = (f"study: {exc.what}", None, kind)
+            notes[r.path] = (f"study: {exc.what}", None, method.kind)
     return notes
 
 
@@ -427,12 +412,8 @@ def cmd_plot(args) -> int:
                                 "no --metric", fix=f"hpctrain plot {args.run} (a trial's own "
                                 "curves: hpctrain tensorboard on its directory)")
         from .rank.printable import shown
-        if _pbt(run):
-            from .search.pbt.show import plot as plot_population
-            print(shown(plot_population(run, args.out)))
-            return 0
-        from .search.plot import plot as plot_study
-        print(shown(plot_study(run, args.out)))
+        from .search import methods
+        print(shown(methods.of(run).plot(run, args.out)))
         return 0
     print(plot_summary(plot(run, args.metric, args.out)))
     return 0
@@ -442,17 +423,13 @@ def cmd_report(args) -> int:
     from .follow.report import as_json, report, text
     run, study = _study(args.run)
     if study:
-        from .search import follow, show
+        from .search import methods, show
         if args.out is not None:
             raise HpctrainError("a study's report is text (or --json): no --out",
                                 fix=f"hpctrain report {args.run}; its figure: hpctrain plot {args.run}")
-        if _pbt(run):
-            from .search.pbt import cost
-            result = cost.cost(run)
-            print(show.as_json(result) if args.json else cost.format_report(result))
-            return 0
-        result = follow.cost(run)
-        print(show.as_json(result) if args.json else show.format_report(result))
+        method = methods.of(run)
+        result = method.report(run)
+        print(show.as_json(result) if args.json else method.format_report(result))
         return 0
     result = report(run, args.out)
     print(as_json(result) if args.json else text(result))

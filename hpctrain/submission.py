@@ -20,7 +20,8 @@ from .errors import HpctrainError
 from .job.load import Job, load_job
 from .job.plan import LaunchPlan, make_plan
 from .rendering.templates import render_plan
-from .runs.records import Run, add_to_index, creating, git_state, new_run_id, run_path, write_atomic
+from .runs.records import (Run, add_to_index, creating, git_state, new_run_id, run_path, trial_dir,
+                           write_atomic)
 from .runs.snapshot import CODE_DIR
 from .schema.spec import default_runs_dir, snapshot_settings
 
@@ -144,6 +145,7 @@ def _prepare_study(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
     trial's own script is written by its worker, from study/job.json (search/trials.py)."""
     import sys
     from .job.search import StudyPlan, first_values, study_directives
+    from .search import methods
     from .search.trials import StudyJob, trial_job
     search = job.spec.search
     python = [sys.executable]
@@ -151,15 +153,14 @@ def _prepare_study(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
                      source=job.source, workdir=workdir or job.workdir, code_dir=code_dir,
                      python=python)
     first = _prepare_one(trial_job(study, first_values(search), job.spec.preemption.requeue),
-                         run_id, run_dir / "trials" / "0000", code_dir, workdir=workdir)
+                         run_id, trial_dir(run_dir, 0), code_dir, workdir=workdir)
     chosen = backend_class(first.backend)()
     splan = StudyPlan(name=job.spec.name, site=job.site.name, backend=first.backend,
                       run_dir=str(run_dir), parallel=search.parallel, n_trials=search.n_trials,
                       directives=study_directives(first.plan, str(run_dir), search.parallel),
                       nnodes=first.plan.nnodes, nproc_per_node=first.plan.nproc_per_node,
                       python=python, version=__version__,
-                      worker="hpctrain.search.pbt.member" if search.method == "pbt"
-                      else "hpctrain.search.worker")
+                      worker=methods.named(search.method).worker)
     # The first trial's job is made from the study's without its checks: the warnings that
     # `validate` shows (the study's own, PBT's ignored keys among them) are the study job's.
     plan = msgspec.structs.replace(first.plan, warnings=job.warnings)
@@ -264,11 +265,12 @@ def _write_job_dir(prep: Prepared, d: Path) -> Path | None:
             _write_job_dir(sub, d / sub.run_dir.relative_to(prep.run_dir))
         return script
     if prep.job.spec.search is not None:  # each trial's directory is its worker's to write
-        from .search import journal, trials
+        from .search import methods, trials
         code_dir = str(prep.run_dir / CODE_DIR) if prep.snapshot is not None else None
         trials.write_study_job(d, prep.job, prep.run_id, code_dir,
                                prep.record["extra"]["study"]["python"])
-        journal.create(d, prep.run_id, prep.job.spec.search)
+        search = prep.job.spec.search
+        methods.named(search.method).create(d, prep.run_id, search)
         if prep.study_function is not None:  # read by each trial's search/call.py
             from .rank.records import write_file
             from .search.call import FUNCTION
@@ -410,8 +412,8 @@ def resume(ref: str, n_trials: int | None = None) -> tuple[Run, list[str], str]:
                             "failure records give is not a node name",
                             fix="restore or remove status/failure.json and status/excluded.json")
     if rec.kind == "study":
-        from .search.resume import continue_study
-        continue_study(run.path, n_trials)
+        from .search import methods
+        methods.of(run).resume(run.path, n_trials)
     elif n_trials is not None:
         raise HpctrainError(f"run {run.id} is not a study: --set search.n_trials is for one",
                             fix=f"hpctrain submit --resume {run.id}")

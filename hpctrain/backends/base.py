@@ -9,6 +9,7 @@ see backends/__init__.py for the registry and how to add one.
 from __future__ import annotations
 
 import abc
+import os
 from enum import Enum
 from pathlib import Path
 from typing import ClassVar
@@ -100,6 +101,20 @@ class Backend(abc.ABC):
     # A study's workers (hpctrain/search/) can run here: each owns an allocation of the job's
     # shape and starts one trial after another in it.
     studies: ClassVar[bool] = False
+
+    def allocation_ref(self) -> str:
+        """Inside a job: this allocation's id, stable across its requeues (a study's worker
+        marks the trial it runs with it, and finds that trial again after a requeue). Without a
+        scheduler: the process that started this one."""
+        return f"local-{os.getppid()}"
+
+    def allocation_nodes(self) -> str:
+        """Inside a job: its nodes, as the scheduler writes a node list."""
+        return os.uname().nodename
+
+    def allocation_restarts(self) -> int:
+        """Inside a job: how many times it was requeued so far (preemption.max_requeues)."""
+        return 0
 
     def allocation_running(self, job_ref: str) -> bool:
         """Inside a job: whether the scheduler still runs it (not cancelled, timed out or

@@ -16,12 +16,12 @@ from typing import Callable, Iterator
 from ..backends import for_run
 from ..errors import HpctrainError
 from ..rank.records import read_identities
-from ..runs.records import Run
+from ..runs.records import Run, trial_dir
 
 
 def _task_dir(run: Run, task: int | None, trial: int | None = None) -> Path:
-    if trial is not None:  # a study's trial: trials/NNNN (search/follow.trial_dir)
-        d = run.path / "trials" / f"{trial:04d}"
+    if trial is not None:  # a study's trial
+        d = trial_dir(run.path, trial)
         if trial < 0 or not d.is_dir():
             raise HpctrainError(f"study {run.id} has no trial {trial} (no {d})",
                                 fix=f"its trials: hpctrain status {run.id}")

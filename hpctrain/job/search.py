@@ -284,7 +284,7 @@ class StudyPlan(msgspec.Struct, frozen=True, kw_only=True):
     nproc_per_node: int
     python: list[str]  # hpctrain's own interpreter (Optuna installed): the workers run under it
     version: str = ""
-    worker: str = "hpctrain.search.worker"  # the module each worker runs (PBT: its members')
+    worker: str  # the module each worker runs (search/methods.py: the method's)
 
 
 def study_directives(first, run_dir: str, parallel: int) -> list[tuple[str, str | None]]:

@@ -53,6 +53,12 @@ def run_path(runs_dir: str, name: str, run_id: str) -> Path:
     return (Path(runs_dir) / name / run_id).absolute()
 
 
+def trial_dir(run_dir, number: int) -> Path:
+    """Where a study's trial (or a population's member) `number` runs: trials/NNNN under the
+    study's run directory (the workers write it; status, logs and report read it)."""
+    return Path(run_dir) / "trials" / f"{number:04d}"
+
+
 def git_state(cwd: str) -> dict:
     """The commit and dirty flag of the code being submitted (None outside a git checkout)."""
     import subprocess

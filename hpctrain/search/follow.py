@@ -23,6 +23,7 @@ from ..rank.printable import clean
 from ..runs.records import Run
 from ..runs.untrusted import JOB_ID, job_doc
 from .reading import JOURNAL, MAX_JOURNAL, load, size
+from .rules import better, counts, trial_dir
 
 MAX_PARAMS = 64  # parameters shown per trial
 MAX_TRIALS = 1_000_000
@@ -113,15 +114,6 @@ def _direction(study) -> str:
         return "maximize"
 
 
-def better(a: float, b: float, direction: str) -> bool:
-    return a < b if direction == "minimize" else a > b
-
-
-def trial_dir(run_path, number: int) -> Path:
-    """Where a trial's ranks ran (the search contract: trials/NNNN under the run directory)."""
-    return Path(run_path) / "trials" / f"{number:04d}"
-
-
 def row(trial, run_path, direction: str, now: float | None) -> TrialRow | None:
     """One trial's checked record; None when its number is not a trial number. now: where a
     running trial's length ends (None: it has none)."""
@@ -169,11 +161,8 @@ def row(trial, run_path, direction: str, now: float | None) -> TrialRow | None:
 
 
 def counts_toward(r: TrialRow) -> bool:
-    """Whether a trial counts toward n_trials: not one failed because its worker went away
-    (it runs again) or asked for beyond n_trials by a race (search/worker.NOT_COUNTED)."""
-    from .worker import SURPLUS, WORKER_GONE
-    return not (r.state == "FAIL" and r.fail_cause is not None
-                and (r.fail_cause == WORKER_GONE or r.fail_cause.startswith(SURPLUS.split(":")[0])))
+    """Whether a trial counts toward n_trials (rules.counts)."""
+    return r.state != "FAIL" or counts(r.fail_cause)
 
 
 # ----------------------------------------------------------------------------- reading

@@ -13,7 +13,7 @@ for any run) that also answers what the study found.
 from __future__ import annotations
 
 from ..follow.handle import Handle
-from . import follow
+from . import follow, methods
 from .pbt import show as pbt_show
 
 
@@ -27,39 +27,30 @@ class Study(Handle):
         """The best completed trial so far (follow.Best: number, value, params), or of a
         population its best member (pbt.show.BestMember: params, schedule, checkpoint);
         HpctrainError while there is none."""
-        if self._pbt():
-            return pbt_show.best_member(self.run)
-        return follow.best(self.run)
-
-    def _pbt(self) -> bool:
-        return pbt_show.is_population(self.run)
+        return methods.of(self.run).best(self.run)
 
     def population(self) -> pbt_show.Population:
         """A population's members, copies, best and schedule (`hpctrain status` of a PBT run)."""
         return pbt_show.population(self.run)
 
-    def study_status(self) -> follow.StudyStatus:
-        """What `hpctrain status STUDY --json` shows: every trial, the best, what is left."""
-        return follow.status(self.run)
+    def study_status(self):
+        """What `hpctrain status STUDY --json` shows: every trial, the best, what is left
+        (follow.StudyStatus; of a population, pbt.show.Population)."""
+        return methods.of(self.run).status(self.run)
 
-    def trials(self) -> list[follow.TrialRow]:
-        return follow.status(self.run).trials
+    def trials(self) -> list:
+        """Every trial's checked row (follow.TrialRow; of a population, each member's)."""
+        return methods.of(self.run).rows(self.run)
 
     def report(self) -> follow.StudyReport:
         """GPU-hours per trial and what pruning saved, or per member of a population
         (`hpctrain report STUDY`)."""
-        if self._pbt():
-            from .pbt.cost import cost
-            return cost(self.run)
-        return follow.cost(self.run)
+        return methods.of(self.run).report(self.run)
 
     def plot(self, metrics=None, out: str | None = None) -> str:
         """Every trial's curve and the best-so-far history (`hpctrain plot STUDY`); the PNG's
         path."""
-        if self._pbt():
-            return pbt_show.plot(self.run, out)
-        from .plot import plot
-        return plot(self.run, out)
+        return methods.of(self.run).plot(self.run, out)
 
     def results(self, timeout: float | None = None) -> list:
         self.wait(timeout)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from ..errors import HpctrainError
 from ..runs.records import Run
-from .follow import MAX_STEP, better, count, finite, read
+from .follow import MAX_STEP, count, finite, read
+from .rules import better
 
 COLORS = {"COMPLETE": "C0", "PRUNED": "0.6", "FAIL": "C3", "RUNNING": "C2", "WAITING": "C1"}
 MAX_POINTS = 20_000  # points drawn per trial: a forged journal cannot stall the drawing

@@ -9,8 +9,9 @@ from __future__ import annotations
 from ..errors import HpctrainError
 from . import journal, reading
 from .spaces import optuna
+from .rules import WORKER_GONE, trial_dir
 from .trials import study_search
-from .worker import ADOPT, WORKER_GONE
+from .worker import ADOPT
 
 
 def continue_study(run_dir, n_trials: int | None = None) -> int:
@@ -27,7 +28,6 @@ def continue_study(run_dir, n_trials: int | None = None) -> int:
                                 fix="--set search.n_trials=N with N > 0")
         study.set_user_attr("n_trials", n_trials)
     from ..backends.local import processes_of
-    from .trials import trial_dir
     gone = 0
     for t in study.get_trials(deepcopy=False, states=(o.trial.TrialState.RUNNING,)):
         trial = o.trial.Trial(study, t._trial_id)  # no public way to reopen a trial by number

@@ -22,10 +22,12 @@ from ..job.plan import make_plan
 from ..job.search import trial_spec
 from ..rendering.templates import render_plan
 from ..runs import tree
+from ..rank.records import read_progress
 from ..runs.records import write_atomic
 from ..errors import HpctrainError
 from ..runs.untrusted import nested_within, read_regular
-from ..schema.spec import Search, SiteProfile
+from .rules import trial_dir
+from ..schema.spec import Preemption, Search, SiteProfile
 
 STUDY_JOB = "study/job.json"
 RANK_DIR = Path(rank_package.__file__).parent
@@ -76,6 +78,17 @@ def study_search(run_dir) -> tuple[StudyJob, Search]:
                             "again") from None
 
 
+def study_preemption(study: StudyJob) -> Preemption:
+    """The study's preemption: settings, typed by the schema (its defaults where the job gave
+    none); HpctrainError when study/job.json holds what the schema refuses."""
+    try:
+        return msgspec.convert(study.spec.get("preemption") or {}, Preemption)
+    except msgspec.ValidationError as exc:
+        raise HpctrainError(f"the study's job {STUDY_JOB}: preemption: {exc}",
+                            fix="restore it (hpctrain writes it at submit) or submit the job "
+                            "again") from None
+
+
 def trial_job(study: StudyJob, values: dict, requeue: bool) -> Job:
     """The trial's whole job. requeue False: a worker requeues its allocation itself (a trial's
     script must not requeue the worker's job when the worker stops it for the pruner)."""
@@ -84,10 +97,6 @@ def trial_job(study: StudyJob, values: dict, requeue: bool) -> Job:
     spec = msgspec.structs.replace(spec, preemption=pre, after=[])
     return Job(spec=spec, site=study.site, source=study.source, workdir=study.workdir,
                site_ref=study.site_ref)
-
-
-def trial_dir(run_dir, number: int) -> Path:
-    return Path(run_dir) / "trials" / f"{number:04d}"
 
 
 def write_trial(run_dir, number: int, study: StudyJob, values: dict, requeue: bool = False):
@@ -121,3 +130,12 @@ def write_trial(run_dir, number: int, study: StudyJob, values: dict, requeue: bo
 def _yaml(study: StudyJob, values: dict) -> str:
     import yaml
     return yaml.safe_dump(msgspec.to_builtins(trial_spec(study.spec, values)), sort_keys=False)
+
+
+def reported(d: Path, metric: str) -> tuple[int, float] | None:
+    """Rank 0's newest (step, value of `metric`) in a trial's directory, when it reported it."""
+    for p in read_progress(str(d)):
+        if p.rank == 0:
+            value = p.metrics.get(metric)
+            return (p.step, value) if value is not None else None
+    return None

@@ -18,66 +18,31 @@ again in the same directory: the ranks resume from its newest checkpoint.
 """
 from __future__ import annotations
 
-import os
 import signal
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from ..job.search import max_failures
-from ..rank.records import open_append, read_job_failure, read_progress
+from ..rank.records import read_job_failure
 from . import journal, reading
+from .allocation import Allocation, log
+from .rules import SURPLUS, counts, trial_dir, trial_rel
 from .spaces import distributions, optuna
-from .trials import study_search, trial_dir, write_trial
+from .trials import reported, study_search, write_trial
 
-POLL = 0.5  # seconds between two looks at a running trial's progress
-WORKER_GONE = "worker gone"
 ADOPT = "adopt"  # a RUNNING trial `submit --resume` hands to the new worker of its index
-SURPLUS = "surplus: asked for beyond n_trials"
-NOT_COUNTED = (WORKER_GONE, SURPLUS)  # failures that are no trial's fault
-
-
-def log(text: str) -> None:
-    print(f"hpctrain worker: {text}", file=sys.stderr, flush=True)
-
-
-def job_ref() -> str:
-    """This allocation's id, stable across its requeues: ARRAY_TASK on Slurm, else the job's."""
-    if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
-        return f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
-    return os.environ.get("SLURM_JOB_ID") or f"local-{os.getppid()}"
-
-
-def nodes() -> str:
-    return os.environ.get("SLURM_JOB_NODELIST") or os.uname().nodename
-
-
-CHECKED_BY = "HPCTRAIN_NODES_CHECKED"
-
-
-def ranks_started(d: Path, since: float) -> bool:
-    """Whether a trial's ranks started since `since` (rank 0 reported progress in this attempt,
-    not an earlier attempt's file): then every node of the allocation passed the launch's node
-    checks (health gate, barrier, network floor) first."""
-    try:
-        return (d / "status" / "progress-0.json").lstat().st_mtime >= since
-    except OSError:
-        return False
 
 
 def counted(trials) -> int:
-    """Trials that count toward n_trials: every one but those failed because a worker went
-    away (they are run again)."""
-    return sum(1 for t in trials if t.user_attrs.get("fail_cause") not in NOT_COUNTED)
+    """Trials that count toward n_trials (rules.counts: not those run again)."""
+    return sum(1 for t in trials if counts(t.user_attrs.get("fail_cause")))
 
 
 def surplus(trials, number: int, n_trials: int) -> bool:
     """Whether trial `number` is beyond the study's n_trials: workers that ask at the same
     moment for the last trial each get one; the later numbers give theirs back."""
-    ahead = [t for t in trials if t.number < number
-             and t.user_attrs.get("fail_cause") not in NOT_COUNTED]
+    ahead = [t for t in trials if t.number < number and counts(t.user_attrs.get("fail_cause"))]
     return len(ahead) >= n_trials
 
 
@@ -85,7 +50,7 @@ def failures_in_a_row(trials) -> tuple[int, str]:
     """Finished trials that failed, counted back from the newest finish; and the newest cause."""
     o = optuna()
     done = [t for t in trials if t.state.is_finished() and t.datetime_complete is not None
-            and t.user_attrs.get("fail_cause") not in NOT_COUNTED]
+            and counts(t.user_attrs.get("fail_cause"))]
     done.sort(key=lambda t: t.datetime_complete)
     n, cause = 0, ""
     for t in reversed(done):
@@ -96,21 +61,9 @@ def failures_in_a_row(trials) -> tuple[int, str]:
     return n, cause
 
 
-def fits(durations: list[float], end: float | None, now: float) -> bool:
-    """Whether another trial fits the time this allocation has left (the median trial so far,
-    plus a tenth for its start and save); True without a known end or any trial yet."""
-    if end is None or not durations:
-        return True
-    need = statistics.median(durations) * 1.1
-    return end - now >= need
-
-
-def allocation_end() -> float | None:
-    value = os.environ.get("SLURM_JOB_END_TIME", "")
-    return float(value) if value.isdigit() else None
-
-
 class Worker:
+    """The Optuna study's worker (search/methods.py: method optuna)."""
+
     def __init__(self, run_dir: str, index: int):
         self.run_dir = Path(run_dir)
         self.index = index
@@ -118,46 +71,16 @@ class Worker:
         reading.load(run_dir, self.study_job.run_id)  # damage: one error, as `status` says it
         self.study = journal.load(run_dir, self.study_job.run_id, self.search, index)
         self.dists = distributions(self.search)
-        self.job = job_ref()
-        from ..backends import backend_class
-        self.backend = backend_class(self.study_job.site.scheduler)()
-        self.child: subprocess.Popen | None = None
-        # The trial of this allocation whose ranks started: the node checks it passed on these
-        # nodes hold for the next ones (rank/before/preflight.earlier_trial). None at first,
-        # and in every new allocation (a requeue starts a new worker process).
-        self.checked_by: str | None = None
-        self.signalled: int | None = None
-        self.durations: list[float] = []
-        pre = self.study_job.spec.get("preemption") or {}
-        # The job's preemption signal (the time-limit warning), where its scheduler sends one.
-        self.stop_signal = getattr(signal, "SIG" + str(pre.get("signal") or "TERM"), signal.SIGTERM) \
-            if self.backend.preemption else signal.SIGTERM
-        self.max_requeues = int(pre.get("max_requeues", 3) or 0)
-        self.requeue = bool(pre.get("requeue", True))
-        self.end = allocation_end() or self.backend.allocation_end(self.job)
+        self.alloc = Allocation.of_study(self.run_dir, self.study_job)
+        self.job = self.alloc.ref
 
-    # --- signals
-    def install(self) -> None:
-        for sig in {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, self.stop_signal}:
-            signal.signal(sig, self.on_signal)
-
-    def on_signal(self, signum, frame) -> None:
-        first = self.signalled is None
-        self.signalled = signum
-        if first and self.child is not None and self.child.poll() is None:
-            log(f"{signal.Signals(signum).name}: passed to the running trial; it stays RUNNING "
-                "and resumes from its checkpoint")
-            self._signal_child(signum)
-
-    def _signal_child(self, signum) -> None:
-        try:
-            os.kill(self.child.pid, signum)
-        except ProcessLookupError:
-            pass
+    @property
+    def signalled(self) -> int | None:
+        return self.alloc.signalled
 
     # --- the loop
     def run(self) -> int:
-        self.install()
+        self.alloc.install()
         o = optuna()
         own = self.owned_running()
         if own is not None:
@@ -181,7 +104,7 @@ class Worker:
             if counted(trials) >= n_trials:
                 log(f"the study has its {n_trials} trial(s)")
                 return 0
-            if not fits(self.durations, self.end, time.time()):
+            if not self.alloc.fits_another():
                 log("the time left cannot fit another trial: ending")
                 return 0
             trial = self.study.ask(self.dists)
@@ -205,53 +128,36 @@ class Worker:
     def run_trial(self, trial, number: int, params: dict, attempt: int) -> int | None:
         """Run one trial to its end; None to go on, or this worker's exit status."""
         o = optuna()
-        d = trial_dir(self.run_dir, number)
-        started = time.time()
         if attempt == 1:
-            trial.set_user_attr("started", started)
-        for key, value in (("worker", self.index), ("nodes", nodes()), ("job_id", self.job),
-                           ("attempts", attempt), ("trial_dir", f"trials/{number:04d}")):
+            trial.set_user_attr("started", time.time())
+        for key, value in (("worker", self.index), ("nodes", self.alloc.nodes),
+                           ("job_id", self.job), ("attempts", attempt),
+                           ("trial_dir", trial_rel(number))):
             trial.set_user_attr(key, value)
         try:
             script, _ = write_trial(self.run_dir, number, self.study_job, params)
         except Exception as exc:  # a value the job cannot take: this trial fails, not the study
             return self.fail(trial, number, f"could not prepare the trial: {exc}")
         log(f"trial {number}: {params}")
-        try:  # never through a link (rank/records.open_append), as write_trial wrote the rest
-            out = open_append(str(d / "logs" / "job.out"), str(self.run_dir))
+        try:
+            self.alloc.start(number, script)
         except OSError as exc:
             return self.fail(trial, number, f"could not open its log: {exc}")
-        with out:
-            # Here (the local site) the trial's shell leads a session of its own, as a submitted
-            # job's does: its status/pid then names it to cancel and to `submit --resume`
-            # (backends/local.processes_of), also after this worker is killed. Under a scheduler
-            # it stays in the job's, which the scheduler's signals and process tracking reach.
-            env = dict(os.environ)
-            env.pop(CHECKED_BY, None)
-            if self.checked_by is not None:
-                env[CHECKED_BY] = self.checked_by
-            self.child = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, env=env,
-                                          start_new_session=self.backend.runs_here)
-            pruned_at = self.follow(trial, d)
-            status = self.child.wait()
-        self.child = None
-        if ranks_started(d, started):
-            self.checked_by = f"trials/{number:04d}"
+        pruned_at = self.follow(trial, trial_dir(self.run_dir, number))
+        status = self.alloc.ended(by_itself=self.signalled is None)
         if self.signalled is not None:
-            return self.after_signal(number)
+            return self.alloc.after_signal(f"trial {number}")
         trial.set_user_attr("ended", time.time())
-        self.durations.append(time.time() - started)
         if pruned_at is not None:
             trial.set_user_attr("pruned_step", pruned_at)
             self.study.tell(trial, state=o.trial.TrialState.PRUNED)
             log(f"trial {number}: pruned at step {pruned_at}")
             return None
-        value = self.final_value(d)
+        value = self.final_value(trial_dir(self.run_dir, number))
         if status != 0:
-            failure = read_job_failure(str(d))
+            failure = read_job_failure(str(trial_dir(self.run_dir, number)))
             cause = failure.message if failure and failure.message else f"exit status {status}"
-            return self.fail(trial, number, f"{cause[:400]} (logs: trials/{number:04d}/logs/)")
+            return self.fail(trial, number, f"{cause[:400]} (logs: {trial_rel(number)}/logs/)")
         if value is None:
             return self.fail(trial, number, f"no value of '{self.search.metric}' reported "
                              "(hpctrain_progress.report(step, {metric}=...))")
@@ -274,26 +180,16 @@ class Worker:
             return 1
         return None
 
-    def latest(self, d: Path) -> tuple[int, float] | None:
-        """Rank 0's newest (step, metric), when it reported the metric."""
-        for p in read_progress(str(d)):
-            if p.rank == 0:
-                value = p.metrics.get(self.search.metric)
-                return (p.step, value) if value is not None else None
-        return None
-
     def follow(self, trial, d: Path) -> int | None:
         """Report the ranks' progress to the pruner until the trial ends; the step at which it
         was pruned (its ranks signalled to save and end), or None."""
         last = None
-        while self.child.poll() is None:
-            try:  # back at once when the trial ends: the next one starts without a poll's delay
-                self.child.wait(timeout=POLL)
-            except subprocess.TimeoutExpired:
-                pass
+        running = True
+        while running:  # one more look once it has ended: what it reported last counts
+            running = not self.alloc.wait()
             if self.signalled is not None:
                 continue
-            seen = self.latest(d)
+            seen = reported(d, self.search.metric)
             if seen is None or seen[0] == last:
                 continue
             last = seen[0]
@@ -301,35 +197,13 @@ class Worker:
             if trial.should_prune():
                 # SIGTERM: the trial's shell passes it to the ranks, which save and end (a plain
                 # program without a handler just ends); the trial's script never requeues.
-                self._signal_child(signal.SIGTERM)
+                self.alloc.signal(signal.SIGTERM)
                 return seen[0]
         return None
 
     def final_value(self, d: Path) -> float | None:
-        seen = self.latest(d)
+        seen = reported(d, self.search.metric)
         return seen[1] if seen else None
-
-    def after_signal(self, number: int) -> int:
-        """This worker was signalled while trial `number` ran: it stays RUNNING. On Slurm, a job
-        that still runs (a preemption, the time-limit warning) is requeued: the next run of this
-        worker resumes the trial; a cancelled or timed-out one just ends."""
-        if self.requeue and self.backend.allocation_running(self.job):
-            count = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-            if count < self.max_requeues:
-                log(f"trial {number} saved; requeueing job {self.job} (requeue {count + 1} of at "
-                    f"most {self.max_requeues})")
-                try:
-                    self.backend.requeue_allocation(self.job)
-                except Exception as exc:  # the scheduler refused: the trial stays RUNNING
-                    log(f"the requeue failed: {exc}")
-                    return 75
-                time.sleep(300)  # the scheduler ends this run now
-                return 0
-            log(f"not requeueing: job {self.job} has been requeued {count} time(s) "
-                f"(preemption.max_requeues); `hpctrain submit --resume` continues the study")
-        log(f"trial {number} stays RUNNING; `hpctrain submit --resume` continues the study")
-        return 128 + int(self.signalled)
-
 
 
 def main(argv: list[str], kind: type[Worker] = Worker, module: str = "hpctrain.search.worker") -> int:

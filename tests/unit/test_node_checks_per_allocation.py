@@ -8,7 +8,7 @@ import os
 import pytest
 
 from hpctrain.rank.before import health, netfloor, preflight
-from hpctrain.search.worker import ranks_started
+from hpctrain.search.allocation import ranks_started
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from hpctrain.backends.local import LocalBackend
 from hpctrain.cli import main
 from hpctrain.job.load import load_job
 from hpctrain.runs.records import Run, add_to_index
-from hpctrain.schema.spec import Search
+from hpctrain.schema.spec import Preemption, Search
+from hpctrain.search.allocation import Allocation
 from hpctrain.search.pbt import cost, explore, lineage
 from hpctrain.search.pbt.lineage import Record
 from hpctrain.search.pbt.member import Member, first_boundary
@@ -45,9 +46,9 @@ def member(run_dir, index: int) -> Member:
     m.history = lineage.read(run_dir, index)
     m.rng = random.Random(index)
     m.patterns = ["checkpoints/*.json"]
-    m.stopped, m.signalled, m.child, m.copied = False, None, None, None
-    m.backend, m.requeue, m.max_requeues, m.job = LocalBackend(), False, 3, "local-1"
-    m.install = lambda: None  # no handlers in the test's own process: signals come as outcomes
+    m.stopped, m.copied = False, None
+    m.alloc = Allocation(run_dir, LocalBackend(), Preemption(requeue=False))
+    m.alloc.install = lambda: None  # no handlers in the test's own process: signals come as outcomes
     return m
 
 
@@ -114,7 +115,7 @@ def _segments(m: Member, outcomes):
         seen.append(dict(params))
         outcome = outcomes.pop(0)
         if outcome == "signalled":
-            m.signalled = signal.SIGTERM
+            m.alloc.signalled = signal.SIGTERM
         return outcome, params
     m.segment = segment
     return seen

@@ -176,7 +176,8 @@ def _trial(number, state, cause=None, minute=0):
 
 
 def test_what_counts_and_failures_in_a_row():
-    from hpctrain.search.worker import SURPLUS, WORKER_GONE, counted, failures_in_a_row, surplus
+    from hpctrain.search.rules import SURPLUS, WORKER_GONE
+    from hpctrain.search.worker import counted, failures_in_a_row, surplus
     S = optuna.trial.TrialState
     trials = [_trial(0, S.FAIL, "boom", 1), _trial(1, S.COMPLETE, minute=2),
               _trial(2, S.FAIL, "x", 3), _trial(3, S.FAIL, WORKER_GONE, 4),
@@ -188,7 +189,7 @@ def test_what_counts_and_failures_in_a_row():
 
 
 def test_another_trial_fits_the_time_left():
-    from hpctrain.search.worker import fits
+    from hpctrain.search.allocation import fits
     assert fits([], 1000.0, 999.0) and fits([100.0], None, 0.0)
     assert fits([100.0, 120.0, 110.0], 1000.0, 870.0)  # 130 s left, 121 s needed
     assert not fits([100.0, 120.0, 110.0], 1000.0, 900.0)

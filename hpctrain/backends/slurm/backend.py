@@ -6,6 +6,7 @@ the preemption trap and requeue from the batch shell).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import msgspec
@@ -73,6 +74,19 @@ class SlurmBackend(Backend):
     first_node = '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
     studies = True
 
+    def allocation_ref(self) -> str:
+        env = os.environ  # (Slurm's own, in the job's environment)
+        if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+            return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+        return env.get("SLURM_JOB_ID") or super().allocation_ref()
+
+    def allocation_nodes(self) -> str:
+        return os.environ.get("SLURM_JOB_NODELIST") or super().allocation_nodes()
+
+    def allocation_restarts(self) -> int:
+        count = os.environ.get("SLURM_RESTART_COUNT", "")
+        return int(count) if count.isdigit() else 0
+
     def allocation_running(self, job_ref: str) -> bool:
         try:
             out = commands.run(["scontrol", "-o", "show", "job", job_ref])
@@ -83,6 +97,9 @@ class SlurmBackend(Backend):
     def allocation_end(self, job_ref: str) -> float | None:
         import datetime
         import re
+        value = os.environ.get("SLURM_JOB_END_TIME", "")  # this job's own, where Slurm sets it
+        if value.isdigit():
+            return float(value)
         try:
             out = commands.run(["scontrol", "-o", "show", "job", job_ref])
         except commands.SchedulerError:

@@ -10,7 +10,7 @@ import time
 import msgspec
 
 from ...runs.records import Run
-from ..trials import trial_dir
+from ..rules import trial_dir
 from . import lineage
 from .lineage import Record
 from .show import Population, bad, shown_number, population

@@ -22,18 +22,20 @@ from __future__ import annotations
 import glob
 import os
 import random
+import signal
 import stat
-import subprocess
 import sys
 import time
+from pathlib import Path
 
 from ...errors import HpctrainError
 from ...job.search import max_failures
 from ...rank.end.checkpoints import being_written
-from ...rank.records import open_append, read_job_failure
+from ...rank.records import read_job_failure
 from ...runs import tree
-from ..trials import trial_dir, write_trial
-from ..worker import POLL, Worker, log
+from ..allocation import POLL, Allocation, log
+from ..rules import trial_dir
+from ..trials import reported, study_search, write_trial
 from ..worker import main as worker_main
 from . import explore, lineage
 from .lineage import Record
@@ -41,9 +43,15 @@ from .lineage import Record
 SETTLE = 1.0  # seconds a checkpoint file stays unchanged before it is taken as whole
 
 
-class Member(Worker):
+class Member:
+    """A population's member (search/methods.py: method pbt): no Optuna study; its record is
+    its lineage."""
+
     def __init__(self, run_dir: str, index: int):
-        super().__init__(run_dir, index)
+        self.run_dir = Path(run_dir)
+        self.index = index
+        self.study_job, self.search = study_search(run_dir)
+        self.alloc = Allocation.of_study(self.run_dir, self.study_job)
         self.pbt = self.search.pbt
         self.dir = trial_dir(self.run_dir, index)
         try:
@@ -187,9 +195,8 @@ class Member(Worker):
         they are asked to save and end (SIGTERM) before this member starts again there, as two
         trainings in one directory would write over each other's checkpoints. Under a scheduler
         the killed allocation's processes went with it."""
-        if not self.backend.runs_here:
+        if not self.alloc.backend.runs_here:
             return
-        import signal
         from ...backends.local import processes_of
         pids = processes_of(self.dir)
         if not pids:
@@ -210,8 +217,12 @@ class Member(Worker):
                 deadline, sig = None, signal.SIGKILL  # they did not end when asked
             pids = processes_of(self.dir)
 
+    @property
+    def signalled(self) -> int | None:
+        return self.alloc.signalled
+
     def run(self) -> int:
-        self.install()
+        self.alloc.install()
         self.stop_leftover_ranks()
         params = self.current()
         if self.history and self.history[-1].event in ("end", "failed"):
@@ -229,7 +240,7 @@ class Member(Worker):
             if outcome == "ended":
                 return 0
             if outcome == "signalled":
-                return self.after_signal(self.index)
+                return self.alloc.after_signal(f"trial {self.index}")
             if outcome == "exploit":
                 crashes = 0
                 continue
@@ -245,7 +256,7 @@ class Member(Worker):
                     params = picked
                     continue
             self.record("restart", params, note="after a crash, from its newest checkpoint")
-        return self.after_signal(self.index) if self.signalled is not None else 0
+        return self.alloc.after_signal(f"trial {self.index}") if self.signalled is not None else 0
 
     def copy_a_top_member(self, params: dict, force: bool = False, upto: int | None = None,
                           stop=None) -> dict | None:
@@ -310,17 +321,13 @@ class Member(Worker):
         copied, self.copied = self.copied, None
         log(f"member {self.index}: {params}")
         try:
-            out = open_append(str(self.dir / "logs" / "job.out"), str(self.run_dir))
+            self.alloc.start(self.index, script)
         except OSError as exc:
             log(f"member {self.index}: cannot open its log: {exc}")
             return "crashed", params
-        with out:
-            self.child = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL,
-                                          start_new_session=self.backend.runs_here)
-            new = self.follow_member(params, copied)
-            status = self.child.wait()
-        self.child = None
+        new = self.follow_member(params, copied)
+        status = self.alloc.ended(by_itself=self.signalled is None and new is None
+                                  and not self.stopped)
         if self.signalled is not None:
             return "signalled", params
         if new is not None:
@@ -343,11 +350,12 @@ class Member(Worker):
         records the next one: a member ahead of the others is compared too, without waiting.
         copied: the interval of the copied checkpoint this launch continues from, if any."""
         boundary, pending, reached = None, None, set()
-        while self.child.poll() is None:
-            time.sleep(POLL)
+        running = True
+        while running:  # one more look once it has ended: what it reported last counts
+            running = not self.alloc.wait()
             if self.signalled is not None:
                 continue
-            seen = self.latest(self.dir)
+            seen = reported(self.dir, self.search.metric)
             if seen is None:
                 continue
             step, score = seen
@@ -382,17 +390,14 @@ class Member(Worker):
         return {m for m, (_, rec) in self.newest_scores().items() if rec.interval >= interval}
 
     def copy_a_top_member_while_running(self, params: dict, interval: int) -> dict | None:
-        import signal
-
         def stop():
             self.stopped = True
-            self._signal_child(signal.SIGTERM)
-            self.child.wait()
+            self.alloc.stop()
         return self.copy_a_top_member(params, upto=interval, stop=stop)
 
     def finish(self, params: dict) -> None:
         """The launch ended by itself: its final score and checkpoint."""
-        seen = self.latest(self.dir)
+        seen = reported(self.dir, self.search.metric)
         step, score = seen if seen else (None, None)
         if seen is None:  # it copied a member that had ended: nothing left to train
             last = next((r for r in reversed(self.history) if r.score is not None), None)
