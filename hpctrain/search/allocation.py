@@ -7,6 +7,12 @@ output in that directory's logs/job.out. A signal to the worker (preemption, the
 warning, scancel, `hpctrain cancel`) goes on to the running launch, whose ranks save; the
 worker then requeues the allocation through its backend while the scheduler still runs it.
 Everything the scheduler knows (this allocation's id, nodes, end, requeues) is the backend's.
+
+A study outlives its workers' time limit: a worker whose allocation cannot fit another trial
+while the study still needs some, or whose time-limit warning came mid-trial, requeues its
+allocation as a preempted job does. Those requeues are the study's length, not failures: they
+are counted apart (study/workers/<index>.json) and not against preemption.max_requeues, so a
+study of 100 one-hour trials under a 4-hour limit finishes by itself.
 """
 from __future__ import annotations
 
@@ -18,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..rank.records import open_append
+from ..rank.records import RecordError, open_append, read_json, write_json
+from ..runs import tree
 from ..schema.spec import Preemption
 from .rules import trial_dir, trial_rel
 from .trials import StudyJob, study_preemption
@@ -31,6 +38,9 @@ MARGIN = 1.1
 # After `scontrol requeue`, the scheduler ends this run of the allocation (its processes are
 # signalled, then killed after KillWait): the worker waits for that instead of going on.
 REQUEUED_WAIT = 300
+# The time-limit warning comes preemption.lead_time before the allocation's end; a signal this
+# much earlier still is taken for it (the scheduler's clock and ours, a slow start).
+WARNING_SLACK = 30
 
 
 def log(text: str) -> None:
@@ -56,10 +66,11 @@ def fits(durations: list[float], end: float | None, now: float) -> bool:
 
 
 class Allocation:
-    def __init__(self, run_dir, backend, preemption: Preemption):
+    def __init__(self, run_dir, backend, preemption: Preemption, worker: int = 0):
         self.run_dir = Path(run_dir)
         self.backend = backend
         self.preemption = preemption
+        self.worker = worker
         self.ref = self.backend.allocation_ref()
         self.nodes = self.backend.allocation_nodes()
         self.end = self.backend.allocation_end(self.ref)
@@ -68,6 +79,7 @@ class Allocation:
             if self.backend.preemption else signal.SIGTERM
         self.child: subprocess.Popen | None = None
         self.signalled: int | None = None
+        self.for_time = False  # the signal was the time-limit warning
         # The launch of this allocation whose ranks started: the node checks it passed on these
         # nodes hold for the next ones. None at first, and in every new allocation (a requeue
         # starts a new worker process).
@@ -77,10 +89,10 @@ class Allocation:
         self._started = 0.0
 
     @classmethod
-    def of_study(cls, run_dir, study: StudyJob) -> "Allocation":
-        """The allocation this process runs in, for a worker of the study in run_dir."""
+    def of_study(cls, run_dir, study: StudyJob, worker: int) -> "Allocation":
+        """The allocation this process runs in, for worker `worker` of the study in run_dir."""
         from ..backends import backend_class
-        return cls(run_dir, backend_class(study.site.scheduler)(), study_preemption(study))
+        return cls(run_dir, backend_class(study.site.scheduler)(), study_preemption(study), worker)
 
     # --- signals
     def install(self) -> None:
@@ -90,6 +102,8 @@ class Allocation:
     def on_signal(self, signum, frame) -> None:
         first = self.signalled is None
         self.signalled = signum
+        if first:
+            self.for_time = signum == self.stop_signal and self.time_is_up()
         if first and self.running():
             log(f"{signal.Signals(signum).name}: passed to the running trial; it stays RUNNING "
                 "and resumes from its checkpoint")
@@ -153,26 +167,72 @@ class Allocation:
 
     # --- the allocation's time
     def fits_another(self) -> bool:
-        return fits(self.durations, self.end, time.time())
+        """Whether another run ends before the time-limit warning would stop it (where the
+        scheduler sends one), else before the allocation's end."""
+        end = self.end
+        if end is not None and self.backend.preemption and self.preemption.enabled:
+            end -= self.preemption.lead_time
+        return fits(self.durations, end, time.time())
+
+    def time_is_up(self) -> bool:
+        """Whether the allocation ends within the time-limit warning's lead time (and a slack)."""
+        return self.end is not None and \
+            time.time() >= self.end - self.preemption.lead_time - WARNING_SLACK
+
+    def can_requeue(self) -> bool:
+        """Whether this allocation may be queued again: the job asks for it, and the
+        scheduler still runs it (not cancelled, timed out, or requeued already)."""
+        return self.preemption.requeue and self.backend.allocation_running(self.ref)
 
     def after_signal(self, what: str) -> int:
         """The worker was signalled while `what` ran (it saved and stays RUNNING). A job the
         scheduler still runs (a preemption, the time-limit warning) is requeued: its next run
         continues it; a cancelled or timed-out one just ends. The worker's exit status."""
         pre = self.preemption
-        if pre.requeue and self.backend.allocation_running(self.ref):
-            count = self.backend.allocation_restarts()
+        if self.can_requeue():
+            count = self.backend.allocation_restarts() - self.requeues_for_time()
+            if self.for_time:
+                return self.requeue(f"{what} saved at the time-limit warning", for_time=True)
             if count < pre.max_requeues:
-                log(f"{what} saved; requeueing job {self.ref} (requeue {count + 1} of at "
-                    f"most {pre.max_requeues})")
-                try:
-                    self.backend.requeue_allocation(self.ref)
-                except Exception as exc:  # the scheduler refused: it stays RUNNING
-                    log(f"the requeue failed: {exc}")
-                    return 75
-                time.sleep(REQUEUED_WAIT)
-                return 0
+                return self.requeue(f"{what} saved; requeueing job {self.ref} (requeue "
+                                    f"{count + 1} of at most {pre.max_requeues})")
             log(f"not requeueing: job {self.ref} has been requeued {count} time(s) "
                 f"(preemption.max_requeues); `hpctrain submit --resume` continues the study")
         log(f"{what} stays RUNNING; `hpctrain submit --resume` continues the study")
         return 128 + int(self.signalled)
+
+    def requeue(self, why: str, for_time: bool = False) -> int:
+        """Queue this allocation again; the worker's exit status (it ends with this run)."""
+        if for_time:
+            n = self.requeues_for_time() + 1
+            why += (f"; requeueing job {self.ref} for the study's time (for the time limit: "
+                    f"{n}, not counted against preemption.max_requeues)")
+            try:  # before the requeue: the next run of this allocation reads it
+                path = self._requeues_path()
+                tree.make_dirs(path.parent, self.run_dir)  # never through a link
+                write_json(str(path), {"job": self.ref, "for_time": n}, root=str(self.run_dir))
+            except OSError as exc:
+                log(f"the requeue for time is not recorded: {exc}")
+        log(why)
+        try:
+            self.backend.requeue_allocation(self.ref)
+        except Exception as exc:  # the scheduler refused: what ran stays RUNNING
+            log(f"the requeue failed: {exc}")
+            return 75
+        time.sleep(REQUEUED_WAIT)
+        return 0
+
+    def _requeues_path(self) -> Path:
+        return self.run_dir / "study" / "workers" / f"{self.worker}.json"
+
+    def requeues_for_time(self) -> int:
+        """How many times this allocation (this job: a `submit --resume` starts another) was
+        requeued for the time limit (an untrusted file: anything else reads as none)."""
+        try:
+            data = read_json(str(self._requeues_path()), limit=4096)
+        except (OSError, RecordError):
+            return 0
+        if not isinstance(data, dict) or data.get("job") != self.ref:
+            return 0
+        n = data.get("for_time")
+        return n if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 20 else 0

@@ -7,8 +7,8 @@ The loop: ask the study for a trial -> write trials/<n>/ and run its job script 
 launch, inside this allocation) -> while it trains, feed the ranks' progress (the metric at
 their step) to the pruner -> a pruned trial's ranks are signalled and save and end as on a
 preemption, and it is told PRUNED -> tell the final value -> ask again. It stops asking when the
-study has its trials, when its time left cannot fit another trial, or when the study stopped
-itself (failures in a row).
+study has its trials or stopped itself (failures in a row); when its time left cannot fit another
+trial, it requeues its allocation and the study goes on in the next (search/allocation.py).
 
 A signal to this worker (preemption, the time-limit warning, scancel, `hpctrain cancel`) goes on
 to the running trial, whose ranks save; the trial stays RUNNING in the study and, on Slurm, this
@@ -71,7 +71,7 @@ class Worker:
         reading.load(run_dir, self.study_job.run_id)  # damage: one error, as `status` says it
         self.study = journal.load(run_dir, self.study_job.run_id, self.search, index)
         self.dists = distributions(self.search)
-        self.alloc = Allocation.of_study(self.run_dir, self.study_job)
+        self.alloc = Allocation.of_study(self.run_dir, self.study_job, index)
         self.job = self.alloc.ref
 
     @property
@@ -105,6 +105,10 @@ class Worker:
                 log(f"the study has its {n_trials} trial(s)")
                 return 0
             if not self.alloc.fits_another():
+                left = n_trials - counted(trials)
+                if self.alloc.can_requeue():  # the study goes on in this worker's next allocation
+                    return self.alloc.requeue(f"the time left cannot fit another trial ({left} "
+                                              "not started yet)", for_time=True)
                 log("the time left cannot fit another trial: ending")
                 return 0
             trial = self.study.ask(self.dists)
@@ -116,7 +120,9 @@ class Worker:
             status = self.run_trial(trial, trial.number, trial.params, 1)
             if status is not None:
                 return status
-        return 0
+        # Signalled between two trials (the time-limit warning, a preemption): nothing to
+        # save; the allocation is requeued as after a trial's save.
+        return self.alloc.after_signal(f"worker {self.index}")
 
     def owned_running(self):
         o = optuna()

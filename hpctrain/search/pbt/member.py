@@ -51,7 +51,7 @@ class Member:
         self.run_dir = Path(run_dir)
         self.index = index
         self.study_job, self.search = study_search(run_dir)
-        self.alloc = Allocation.of_study(self.run_dir, self.study_job)
+        self.alloc = Allocation.of_study(self.run_dir, self.study_job, index)
         self.pbt = self.search.pbt
         self.dir = trial_dir(self.run_dir, index)
         try:
