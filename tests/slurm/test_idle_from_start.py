@@ -24,8 +24,12 @@ def test_a_run_idle_from_its_start_is_stopped_judging_only_its_gpu(cli, cluster,
         "idle_gpus": {"below": 5, "for": 3},
         "resources": {"nodes": 1, "procs_per_node": 1, "gpus_per_node": 1, "time": "00:05:00"}}))
     job_id, run_dir = submitted(cli("submit", job, "--site", cluster, cwd=ROOT).stdout)
-    info = wait_for_job(job_id, timeout=120)
-    log = "".join(p.read_text() for p in (run_dir / "logs").glob("slurm-*.out"))
+    try:
+        info = wait_for_job(job_id, timeout=120)
+    finally:  # (what the sampler saw, when the stop never comes: it once did not, in a whole run)
+        log = "".join(p.read_text() for p in (run_dir / "logs").glob("slurm-*.out"))
+        print(log[-3000:], sorted(p.name for p in (run_dir / "status").iterdir()),
+              [p.read_text()[-1500:] for p in (run_dir / "usage").glob("*.jsonl")])
     idle = json.loads((run_dir / "status" / "idle-stop.json").read_text())
     assert idle["below"] == 5 and idle["for"] == 3 and len(idle["nodes"]) == 1, (idle, log[-3000:])
     lines = [json.loads(x) for x in next((run_dir / "usage").glob("*.jsonl")).read_text().splitlines()]
