@@ -29,7 +29,7 @@ import msgspec
 from ..errors import HpctrainError
 from ..rank.printable import shown
 from ..rank.records import RankIdentity, read_identities
-from ..rank.during.sampler import _file_node
+from ..rank.during.sampler import node_file_stem
 from ..runs.records import Run
 from ..runs.untrusted import Budget, job_doc, read_lines, read_regular, writing
 from .progress import of_directory
@@ -402,7 +402,7 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
         node = ident.node if ident else None
         stats = RankStats(rank=rank, node=node, gpu=None)
         if ident is not None:
-            g = (_file_node(ident.node), ident.local_rank)
+            g = (node_file_stem(ident.node), ident.local_rank)
             if g in gpu_util:
                 stats.gpu, stats.mean_util, stats.p10_util = g[1], _mean(gpu_util[g]), p10(gpu_util[g])
         if rank in rank_cpu:

@@ -62,7 +62,9 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def _file_node(node: str) -> str:
+def node_file_stem(node: str) -> str:
+    """The node's name as its files are named (usage/STEM.jsonl, status/idle-STEM.json): a
+    node name is the scheduler's, and only these characters are safe in a file name."""
     return _NODE_SAFE.sub("_", node)[:200] or "node"
 
 
@@ -227,7 +229,7 @@ class Sampler:
         self.job_id = os.environ.get("HPCTRAIN_JOB_ID") or os.environ.get("SLURM_JOB_ID") or ""
         self.attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
         from ..records import open_append
-        self.out = open_append(os.path.join(run_dir, "usage", _file_node(self.node) + ".jsonl"),
+        self.out = open_append(os.path.join(run_dir, "usage", node_file_stem(self.node) + ".jsonl"),
                                run_dir, "a", buffering=1)  # never through a planted link
         self.lines = 0
         self.began = time.time()
@@ -308,7 +310,7 @@ class Sampler:
         return self.own_gpus is None or index in self.own_gpus[0] or uuid in self.own_gpus[1]
 
     def idle_path(self, node: str) -> str:
-        return os.path.join(self.status, f"idle-{_file_node(node)}.json")
+        return os.path.join(self.status, f"idle-{node_file_stem(node)}.json")
 
     def check_idle(self, now: float, utils: list) -> None:
         # The window counts from the sampler's start too: a run stuck before training (or one
