@@ -1,10 +1,11 @@
 """`hpctrain report RUN`: what a run cost and how well it used its GPUs.
 
-From the run's records: each node's samples (usage/NODE.jsonl, rank/during/sampler.py), the allocation
-the head node recorded at each attempt's start (status/allocation-JOB-ATTEMPT.json, from
-`scontrol show job`), `sacct` where the cluster keeps accounting, and the ranks' progress
-(follow/progress.py). Everything read from the run directory is untrusted: regular files only,
-each bounded, and at most MAX_SAMPLES samples per run (or sweep task) directory.
+From the run's records: each node's samples (usage/NODE.jsonl, rank/during/sampler.py; what
+their lines say: follow/samples.py), the allocation the head node recorded at each attempt's
+start (status/allocation-JOB-ATTEMPT.json, from `scontrol show job`), `sacct` where the cluster
+keeps accounting, and the ranks' progress (follow/progress.py). Everything read from the run
+directory is untrusted: regular files only, each bounded, and at most MAX_SAMPLES samples per
+run (or sweep task) directory.
 
     GPU-hours allocated   per attempt: GPUs allocated x the attempt's elapsed time (sacct's
                           AllocTRES x Elapsed; else the scontrol record's GPUs; else the GPUs the
@@ -32,13 +33,15 @@ from ..rank.records import RankIdentity, read_identities
 from ..rank.during.sampler import node_file_stem
 from ..runs.records import Run
 from ..runs.untrusted import Budget, job_doc, read_lines, read_regular, writing
-from .progress import of_directory
+from .progress import TrainingProgress, of_directory
+from .samples import (MAX_ATTEMPTS, MAX_GPUS, MAX_RANK, GpuSamples, SampledAttempt, Samples, integer,
+                      number, read_samples)
 from .startup import attempts as startup_attempts, replacements
 
 MAX_SAMPLES = 500_000  # samples read per run (or sweep task) directory, all nodes together
 MAX_USAGE_BYTES = 256 << 20  # bytes read per run (or sweep task) directory
 MAX_NODES = 4096
-MAX_ATTEMPTS = 1000
+MAX_RANKS = 4096  # ranks listed per run (or sweep task) directory
 _NODE_FILE = re.compile(r"[A-Za-z0-9._-]{1,200}\.jsonl")
 _ALLOC_FILE = re.compile(r"allocation-([0-9]{1,20})-([0-9]{1,6})\.json")
 
@@ -127,31 +130,6 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-# What a sampler can write (rank/during/sampler.py), with room to spare: a value outside its range is
-# forged or damaged, and is left out like a line that is not JSON (a run directory is shared).
-TIME = (0.0, 1e11)  # epoch seconds (the year 5138)
-PERCENT = (0.0, 100.0)  # a GPU's utilization
-CPU_PCT = (0.0, 1e7)  # a rank's CPU, in % of one core
-MIB = (0.0, 1e9)  # a GPU's memory: far above any GPU's
-WATTS = (0.0, 1e6)
-KIB = (0.0, 1e15)  # a rank's RSS
-SECONDS = (0.0, 1e11)  # CPU and wall times
-MAX_INDEX = 4096  # GPUs of one node
-MAX_RANK = (1 << 31) - 1
-MAX_GPUS = 1 << 20  # GPUs of one allocation
-
-
-def _num(v, bounds: tuple[float, float] = TIME) -> float | None:
-    """A number within bounds, or None (NaN, ±Infinity, text, true/false and huge values too)."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and bounds[0] <= v <= bounds[1]:
-        return float(v)
-    return None
-
-
-def _int(v, hi: int, lo: int = 0) -> int | None:
-    return v if type(v) is int and lo <= v <= hi else None
-
-
 def read_usage(directory: str, budget: Budget | None = None) -> dict[str, list[dict]]:
     """node -> its sampler's lines (dicts), in order; damaged lines left out. Bounded for the
     whole directory, not per file (budget: MAX_USAGE_BYTES and MAX_SAMPLES in all), each line
@@ -186,6 +164,8 @@ def read_usage(directory: str, budget: Budget | None = None) -> dict[str, list[d
 
 
 def _allocations(directory: str) -> dict[tuple[str, int], dict]:
+    """(job, attempt) -> what the head node's scontrol said at the attempt's start
+    (status/allocation-JOB-ATTEMPT.json, rank/during/sampler.py)."""
     status = os.path.join(directory, "status")
     try:
         names = [n for n in os.listdir(status) if _ALLOC_FILE.fullmatch(n)][:MAX_ATTEMPTS]
@@ -203,17 +183,17 @@ def _allocations(directory: str) -> dict[tuple[str, int], dict]:
     return out
 
 
-# ----------------------------------------------------------------------------- one directory
-
 def _accounting(run: Run, job_ids: list[str]) -> list[dict] | None:
     """The scheduler's accounting of every attempt of these jobs (Backend.accounting), or None."""
     from ..backends import for_run
-    since = _num(getattr(run.record, "submitted_ts", None))  # (a minute's slack for clocks)
+    since = number(getattr(run.record, "submitted_ts", None))  # (a minute's slack for clocks)
     try:
         return for_run(run).accounting(job_ids, since=since - 60 if since else None)
     except (HpctrainError, OSError):
         return None
 
+
+# ----------------------------------------------------------------------------- one directory
 
 # Metrics whose lower values are better (the rest, rewards and returns first, are maximised).
 _LOWER_IS_BETTER = re.compile(r"loss|error|err\b|regret|perplexity|ppl|cost|distance|mse|mae|rmse|nll|wer|cer",
@@ -239,143 +219,23 @@ def _job_ids(run: Run | None, task: int | None, attempts: dict) -> list[str]:
 
 def directory_report(directory: str, run_id: str, name: str, task: int | None = None,
                      run: Run | None = None) -> Report:
+    """One run (or sweep task) directory's report. Each part comes from its own records: the
+    samplers' (follow/samples.py), the head node's allocation records, the scheduler's
+    accounting (with `run`), the spare-node swaps and the ranks' identities and progress."""
     usage = read_usage(directory)
     allocations = _allocations(directory)
     idents: dict[int, RankIdentity] = {i.rank: i for i in read_identities(directory)
-                                       if _int(i.rank, MAX_RANK) is not None}
-    report = Report(run_id=run_id, name=name, task=task)
+                                       if integer(i.rank, MAX_RANK) is not None}
+    samples = read_samples(usage)
+    report = Report(run_id=run_id, name=name, task=task,
+                    sampler_cpu_pct=samples.sampler_cpu_pct, errors=samples.errors)
+    accounted = _accounting(run, _job_ids(run, task, samples.attempts)) if run is not None else None
 
-    # Attempts: each sampler's "start" opens one; its later lines belong to it.
-    attempts: dict[tuple[str, int], dict] = {}
-    gpu_util: dict[tuple[str, int], list[float]] = {}
-    gpu_info: dict[tuple[str, int], dict] = {}
-    gpu_attempt_util: dict[tuple[str, int, str, int], list[float]] = {}
-    rank_cpu: dict[int, list[float]] = {}
-    rank_rss: dict[int, float] = {}
-    node_cpus: dict[str, int] = {}  # the CPUs usable on each node (the sampler's start line)
-    for node, lines in usage.items():
-        key = None
-        for rec in lines:
-            kind = rec.get("kind")
-            t = _num(rec.get("t"))
-            if kind == "start":
-                start = _num(rec.get("time"))
-                attempt = _int(rec.get("attempt"), MAX_RANK)
-                if start is None or attempt is None:
-                    key = None
-                    continue
-                key = (str(rec.get("job_id", ""))[:128], attempt)
-                cpus = rec.get("cpus")
-                if isinstance(cpus, int) and not isinstance(cpus, bool) and 0 < cpus < 1 << 20:
-                    node_cpus[node] = cpus
-                a = attempts.setdefault(key, {"start": start, "end": start, "first": None,
-                                              "gpus": set()})
-                a["start"] = min(a["start"], start)
-                if len(attempts) > MAX_ATTEMPTS:
-                    break
-            elif key is None:
-                continue
-            elif kind == "gpu" and _int(rec.get("index"), MAX_INDEX) is not None:
-                # Only what a "gpu" line says: its peak and power come from the samples.
-                uuid = rec.get("uuid")
-                gpu_info.setdefault((node, rec["index"]), {}).update(
-                    uuid=uuid[:200] if isinstance(uuid, str) else None,
-                    mem_total=_num(rec.get("mem_total"), MIB))
-            elif kind == "first_step" and (when := _num(rec.get("time"))) is not None:
-                first = attempts[key]["first"]
-                attempts[key]["first"] = min(first, when) if first else when
-            elif kind in ("cost", "end"):
-                cpu, child, wall = (_num(rec.get(k), SECONDS) for k in ("cpu_s", "child_cpu_s", "wall_s"))
-                if cpu is not None and wall and wall >= 1e-3:
-                    report.sampler_cpu_pct[node] = round(100.0 * (cpu + (child or 0)) / wall, 3)
-                if (when := _num(rec.get("time"))) is not None:
-                    attempts[key]["end"] = max(attempts[key]["end"], when)
-            elif kind == "error" and isinstance(rec.get("error"), str) and len(report.errors) < 20:
-                report.errors.append(f"{node}: {rec['error'][:300]}")
-            elif t is not None and isinstance(rec.get("g"), list):
-                attempts[key]["end"] = max(attempts[key]["end"], t)
-                for row in rec["g"][:64]:
-                    if not (isinstance(row, list) and len(row) == 4
-                            and _int(row[0], MAX_INDEX) is not None):
-                        continue
-                    util, mem, power = (_num(v, b) for v, b in zip(row[1:], (PERCENT, MIB, WATTS)))
-                    g = (node, row[0])
-                    attempts[key]["gpus"].add(g)
-                    info = gpu_info.setdefault(g, {})
-                    if util is not None:
-                        gpu_util.setdefault(g, []).append(util)
-                        gpu_attempt_util.setdefault((*key, *g), []).append(util)
-                    if mem is not None:
-                        info["peak"] = max(info.get("peak", 0.0), mem)
-                    if power is not None:
-                        info.setdefault("power", []).append(power)
-            elif t is not None and isinstance(rec.get("r"), list):
-                attempts[key]["end"] = max(attempts[key]["end"], t)
-                for row in rec["r"][:4096]:
-                    if not (isinstance(row, list) and len(row) == 3
-                            and _int(row[0], MAX_RANK) is not None):
-                        continue
-                    cpu, rss = _num(row[1], CPU_PCT), _num(row[2], KIB)
-                    if cpu is not None:
-                        rank_cpu.setdefault(row[0], []).append(cpu)
-                    if rss is not None:
-                        rank_rss[row[0]] = max(rank_rss.get(row[0], 0.0), rss / 1024)
-
-    accounted = _accounting(run, _job_ids(run, task, attempts)) if run is not None else None
-    by_attempt = {(a["job_id"], a["attempt"]): a for a in accounted or []}
-    sources, used_total, any_used = set(), 0.0, False
-    keys = set(attempts) | set(by_attempt)
-
-    def _start(k):
-        return by_attempt[k]["start"] if k in by_attempt else attempts[k]["start"]
-    ordered = sorted(keys, key=lambda k: (_start(k), k))[:MAX_ATTEMPTS]
-    for i, key in enumerate(ordered):
-        a = attempts.get(key) or {"start": None, "end": None, "first": None, "gpus": set()}
-        acct = by_attempt.get(key)
-        alloc = allocations.get(key)
-        if acct is not None:
-            # The scheduler's time: from the allocation's start to its end (or now, running),
-            # not the sampler's window (which opens after the launch and closes before teardown).
-            start, elapsed = acct["start"], acct["elapsed_s"]
-            end = acct["end"] if acct["end"] is not None else start + elapsed
-        else:
-            start, end = a["start"], a["end"]
-            elapsed = max(0.0, end - start)
-        if acct is not None and acct["gpus"]:
-            gpus, source = acct["gpus"], "accounting"
-        elif alloc is not None and _int(alloc.get("gpus"), MAX_GPUS) is not None:
-            gpus, source = alloc["gpus"], "scontrol"
-        elif a["gpus"]:
-            gpus, source = len(a["gpus"]), "samples"
-        elif acct is not None:
-            gpus, source = 0, "accounting"
-        else:
-            gpus, source = 0, "none"
-        sources.add(source)
-        means = [_mean(gpu_attempt_util.get((*key, *g), [])) for g in sorted(a["gpus"])]
-        means = [m for m in means if m is not None]
-        used = None
-        if means:
-            # Each sampled GPU's mean utilization x the attempt's time (an allocated GPU that
-            # was never sampled counts as idle).
-            used = sum(means) / 100.0 * elapsed / 3600.0
-            used_total += used
-            any_used = True
-        first = max(0.0, a["first"] - start) if a["first"] else None
-        state = acct["state"] if acct is not None else None
-        if first is not None:
-            lost = min(first, elapsed)
-        elif (state is not None and state not in _ENDED_WELL) or (state is None and i < len(ordered) - 1):
-            lost = elapsed  # ended (failed, requeued, preempted) before its first step
-        else:
-            lost = 0.0
-        report.attempts.append(Attempt(
-            job_id=key[0], attempt=key[1], start=start, end=end, elapsed_s=elapsed,
-            gpus=gpus, gpus_source=source, gpu_hours=gpus * elapsed / 3600.0, gpu_hours_used=used,
-            first_step_s=first, state=state, lost_s=lost))
+    report.attempts = _attempts(samples.attempts, accounted or [], allocations)
     report.gpu_hours_allocated = sum(a.gpu_hours for a in report.attempts)
-    report.gpu_hours_used = used_total if any_used else None
-    report.allocation_source = "+".join(sorted(sources - {"none"})) or "none"
+    used = [a.gpu_hours_used for a in report.attempts if a.gpu_hours_used is not None]
+    report.gpu_hours_used = sum(used) if used else None
+    report.allocation_source = "+".join(sorted({a.gpus_source for a in report.attempts} - {"none"})) or "none"
     report.lost_between_attempts_s = sum(max(0.0, b.start - a.end)
                                          for a, b in zip(report.attempts, report.attempts[1:]))
     report.lost_before_first_step_s = sum(a.lost_s for a in report.attempts)
@@ -383,52 +243,122 @@ def directory_report(directory: str, run_id: str, name: str, task: int | None = 
     report.replacements = len(swaps)
     report.lost_to_replacements_s = sum(r["back_s"] or 0.0 for r in swaps)
 
-    for (node, index), utils in sorted(gpu_util.items()):
-        info = gpu_info.get((node, index), {})
-        powers = info.get("power") or []
-        report.gpus.append(GpuStats(
-            node=node, index=index, uuid=info.get("uuid") if isinstance(info.get("uuid"), str) else None,
-            samples=len(utils), mean_util=_mean(utils), p10_util=p10(utils),
-            mem_peak_mib=info.get("peak"), mem_total_mib=info.get("mem_total"),
-            mean_power_w=_mean(powers)))
-
+    report.gpus = [_gpu_stats(key, samples.gpus[key]) for key in sorted(samples.gpus)
+                   if samples.gpus[key].util]
     progress = of_directory(directory, task)
-    rates = {r.rank: r for r in progress.ranks} if progress else {}
     if progress:
         report.steps_per_s, report.step = progress.rate, progress.step
         report.metric, report.value = progress.metric, progress.value
-    for rank in sorted(set(idents) | set(rank_cpu) | set(rates))[:4096]:
-        ident = idents.get(rank)
-        node = ident.node if ident else None
-        stats = RankStats(rank=rank, node=node, gpu=None)
-        if ident is not None:
-            g = (node_file_stem(ident.node), ident.local_rank)
-            if g in gpu_util:
-                stats.gpu, stats.mean_util, stats.p10_util = g[1], _mean(gpu_util[g]), p10(gpu_util[g])
-        if rank in rank_cpu:
-            stats.mean_cpu_pct = _mean(rank_cpu[rank])
-            stats.max_rss_mib = rank_rss.get(rank)
-        if rank in rates:
-            stats.steps_per_s, stats.step = rates[rank].rate, rates[rank].step
-        report.ranks.append(stats)
-
-    acct_all = list(accounted or [])
-    if acct_all and all(v.get("total_cpu_s") is not None and v.get("cpus") for v in acct_all):
-        spent = sum(v["cpus"] * (v["elapsed_s"] or 0) for v in acct_all)
-        report.cpu_efficiency = (sum(v["total_cpu_s"] for v in acct_all) / spent or None) if spent else None
-        rss = [v["max_rss_mib"] for v in acct_all if v.get("max_rss_mib") is not None]
-        report.max_rss_mib = max(rss) if rss else None
+    report.ranks = _rank_stats(idents, samples, progress)
+    if accounted and all(v.get("total_cpu_s") is not None and v.get("cpus") for v in accounted):
+        report.cpu_efficiency, report.max_rss_mib = _cpu_use_accounted(accounted)
         report.cpu_source = "accounting"
-    elif rank_cpu:
-        # The ranks' mean CPU use (in cores) against the CPUs allocated: scontrol's count for the
-        # job, else the CPUs the samplers found usable on their nodes.
-        cpus = [a["cpus"] for a in allocations.values() if _int(a.get("cpus"), 1 << 24, 1) is not None]
-        total = cpus[0] if cpus and cpus[0] else sum(node_cpus.values())
-        mean_total = sum(_mean(v) or 0.0 for v in rank_cpu.values()) / 100.0
-        report.cpu_efficiency = mean_total / total if total else None
-        report.max_rss_mib = max(rank_rss.values()) if rank_rss else None
+    elif samples.rank_cpu:
+        report.cpu_efficiency, report.max_rss_mib = _cpu_use_sampled(samples, allocations)
         report.cpu_source = "samples"
     return report
+
+
+def _attempts(sampled: dict[tuple[str, int], SampledAttempt], accounted: list[dict],
+              allocations: dict[tuple[str, int], dict]) -> list[Attempt]:
+    """Every attempt the samplers or the scheduler know of, in the order they started."""
+    by_attempt = {(a["job_id"], a["attempt"]): a for a in accounted}
+
+    def start(k):
+        return by_attempt[k]["start"] if k in by_attempt else sampled[k].start
+    ordered = sorted(set(sampled) | set(by_attempt), key=lambda k: (start(k), k))[:MAX_ATTEMPTS]
+    return [_attempt(key, sampled.get(key), by_attempt.get(key), allocations.get(key),
+                     last=i == len(ordered) - 1) for i, key in enumerate(ordered)]
+
+
+def _attempt(key: tuple[str, int], sampled: SampledAttempt | None, acct: dict | None,
+             alloc: dict | None, last: bool) -> Attempt:
+    a = sampled or SampledAttempt(start=None, end=None)
+    if acct is not None:
+        # The scheduler's time: from the allocation's start to its end (or now, running),
+        # not the sampler's window (which opens after the launch and closes before teardown).
+        start, elapsed = acct["start"], acct["elapsed_s"]
+        end = acct["end"] if acct["end"] is not None else start + elapsed
+    else:
+        start, end = a.start, a.end
+        elapsed = max(0.0, end - start)
+    gpus, source = _gpus_allocated(a, acct, alloc)
+    means = [m for m in (_mean(a.util.get(g, [])) for g in sorted(a.gpus)) if m is not None]
+    # Each sampled GPU's mean utilization x the attempt's time (an allocated GPU that was never
+    # sampled counts as idle).
+    used = sum(means) / 100.0 * elapsed / 3600.0 if means else None
+    first = max(0.0, a.first - start) if a.first else None
+    state = acct["state"] if acct is not None else None
+    if first is not None:
+        lost = min(first, elapsed)
+    elif (state is not None and state not in _ENDED_WELL) or (state is None and not last):
+        lost = elapsed  # ended (failed, requeued, preempted) before its first step
+    else:
+        lost = 0.0
+    return Attempt(job_id=key[0], attempt=key[1], start=start, end=end, elapsed_s=elapsed,
+                   gpus=gpus, gpus_source=source, gpu_hours=gpus * elapsed / 3600.0,
+                   gpu_hours_used=used, first_step_s=first, state=state, lost_s=lost)
+
+
+def _gpus_allocated(a: SampledAttempt, acct: dict | None, alloc: dict | None) -> tuple[int, str]:
+    """An attempt's GPUs and who said so, most trusted first: the scheduler's accounting, the
+    head node's scontrol record, the GPUs the samplers saw."""
+    if acct is not None and acct["gpus"]:
+        return acct["gpus"], "accounting"
+    if alloc is not None and integer(alloc.get("gpus"), MAX_GPUS) is not None:
+        return alloc["gpus"], "scontrol"
+    if a.gpus:
+        return len(a.gpus), "samples"
+    if acct is not None:
+        return 0, "accounting"
+    return 0, "none"
+
+
+def _gpu_stats(key: tuple[str, int], gpu: GpuSamples) -> GpuStats:
+    node, index = key
+    return GpuStats(node=node, index=index, uuid=gpu.uuid, samples=len(gpu.util),
+                    mean_util=_mean(gpu.util), p10_util=p10(gpu.util), mem_peak_mib=gpu.peak,
+                    mem_total_mib=gpu.mem_total, mean_power_w=_mean(gpu.power))
+
+
+def _rank_stats(idents: dict[int, RankIdentity], samples: Samples,
+                progress: TrainingProgress | None) -> list[RankStats]:
+    """Every rank that recorded its identity, was sampled or reported progress: its GPU's use
+    (the one its local rank names on its node), its CPU and memory, its rate."""
+    rates = {r.rank: r for r in progress.ranks} if progress else {}
+    out = []
+    for rank in sorted(set(idents) | set(samples.rank_cpu) | set(rates))[:MAX_RANKS]:
+        ident = idents.get(rank)
+        stats = RankStats(rank=rank, node=ident.node if ident else None, gpu=None)
+        if ident is not None:
+            gpu = samples.gpus.get((node_file_stem(ident.node), ident.local_rank))
+            if gpu is not None and gpu.util:
+                stats.gpu, stats.mean_util, stats.p10_util = ident.local_rank, _mean(gpu.util), p10(gpu.util)
+        if rank in samples.rank_cpu:
+            stats.mean_cpu_pct = _mean(samples.rank_cpu[rank])
+            stats.max_rss_mib = samples.rank_rss.get(rank)
+        if rank in rates:
+            stats.steps_per_s, stats.step = rates[rank].rate, rates[rank].step
+        out.append(stats)
+    return out
+
+
+def _cpu_use_accounted(accounted: list[dict]) -> tuple[float | None, float | None]:
+    """CPU efficiency and MaxRSS from the scheduler's accounting of every attempt."""
+    spent = sum(v["cpus"] * (v["elapsed_s"] or 0) for v in accounted)
+    efficiency = (sum(v["total_cpu_s"] for v in accounted) / spent or None) if spent else None
+    rss = [v["max_rss_mib"] for v in accounted if v.get("max_rss_mib") is not None]
+    return efficiency, max(rss) if rss else None
+
+
+def _cpu_use_sampled(samples: Samples, allocations: dict) -> tuple[float | None, float | None]:
+    """The ranks' mean CPU use (in cores) against the CPUs allocated: scontrol's count for the
+    job, else the CPUs the samplers found usable on their nodes; and the ranks' RSS peak."""
+    cpus = [a["cpus"] for a in allocations.values() if integer(a.get("cpus"), 1 << 24, 1) is not None]
+    total = cpus[0] if cpus and cpus[0] else sum(samples.node_cpus.values())
+    mean_total = sum(_mean(v) or 0.0 for v in samples.rank_cpu.values()) / 100.0
+    return (mean_total / total if total else None,
+            max(samples.rank_rss.values()) if samples.rank_rss else None)
 
 
 # ----------------------------------------------------------------------------- runs and sweeps
@@ -489,13 +419,13 @@ def draw(result: Report, run_path: str, out: str | None) -> str | None:
             label = node if not result.tasks else f"task {result.tasks[i].task} {node}"
             xs, ys = series.setdefault(label, ([], []))
             for rec in lines:
-                if rec.get("kind") == "start" and _num(rec.get("time")) is not None:
+                if rec.get("kind") == "start" and number(rec.get("time")) is not None:
                     starts.append(rec["time"])
-                t = _num(rec.get("t"))
+                t = number(rec.get("t"))
                 rows = rec.get("g") if isinstance(rec.get("g"), list) else rec.get("r")
                 if t is None or not isinstance(rows, list):
                     continue
-                vals = [_num(r[1]) for r in rows if isinstance(r, list) and len(r) >= 2]
+                vals = [number(r[1]) for r in rows if isinstance(r, list) and len(r) >= 2]
                 vals = [v for v in vals if v is not None]
                 if vals:
                     cpu = cpu or "r" in rec
