@@ -26,8 +26,9 @@ from .base import Backend, JobState, State
 from .summary import fmt_elapsed, summarise
 
 
-def _start_time(pid: int) -> str | None:
-    """The kernel's start time of a process: tells a live job from a reused pid."""
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of a process (its clock ticks since boot, as /proc says it), or
+    None when it has ended: recorded beside a pid, it tells a live job from a reused pid."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -39,7 +40,7 @@ def _start_time(pid: int) -> str | None:
 def recorded_process_alive(record: RunRecord) -> bool:
     """Whether run.json's pid is still the process that was started (not a reused pid)."""
     pid = record.pid
-    return bool(pid) and _start_time(pid) is not None and _start_time(pid) == record.pid_start
+    return bool(pid) and process_start_time(pid) is not None and process_start_time(pid) == record.pid_start
 
 
 def _stopped(d: Path) -> str | None:
@@ -133,7 +134,7 @@ class LocalBackend(Backend):
             raise HpctrainError(f"could not start the job: {exc}") from None
         finally:
             log.close()
-        run.update(pid=proc.pid, pid_start=_start_time(proc.pid), submitted_ts=time.time())
+        run.update(pid=proc.pid, pid_start=process_start_time(proc.pid), submitted_ts=time.time())
         return f"local-{proc.pid}"
 
     def resubmit(self, run: Run, exclude: list[str]) -> str:
@@ -151,7 +152,7 @@ class LocalBackend(Backend):
             return None
         if not is_job_shell(pid, run.path / self.script_name):
             return None  # gone, another process's pid now, or a pid that was never the job's
-        run.update(pid=pid, pid_start=_start_time(pid))
+        run.update(pid=pid, pid_start=process_start_time(pid))
         return f"local-{pid}"
 
     def states(self, runs: list[Run]) -> list[JobState]:
@@ -256,7 +257,7 @@ def is_job_shell(pid: int, script: Path) -> bool:
     starts it so). A pid read from a record (run.json, status/pid) is signalled only then."""
     argv = _argv(pid)
     return (len(argv) == 2 and os.path.basename(argv[0]) == "bash" and argv[1] == str(script)
-            and _session(pid) == pid and _start_time(pid) is not None)
+            and _session(pid) == pid and process_start_time(pid) is not None)
 
 
 def processes_of(run_dir: Path) -> list[int]:
@@ -288,7 +289,7 @@ def processes_of(run_dir: Path) -> list[int]:
         except OSError:
             env = set()
         if env & mine or (sessions and _session(pid) in sessions):
-            if _start_time(pid) is not None:
+            if process_start_time(pid) is not None:
                 pids.append(pid)
     return pids
 

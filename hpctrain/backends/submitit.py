@@ -279,8 +279,8 @@ class SubmititBackend(Backend):
                                 "profile; hpctrain.render(job) shows the CLI's script") from None
         fields: dict[str, Any] = {"ntasks": len(sjob._tasks)}
         if prep.plan.backend == "local":
-            from .local import _start_time
-            fields.update(pid=int(sjob.job_id), pid_start=_start_time(int(sjob.job_id)))
+            from .local import process_start_time
+            fields.update(pid=int(sjob.job_id), pid_start=process_start_time(int(sjob.job_id)))
         run.update(**fields)
         return str(sjob.job_id)
 

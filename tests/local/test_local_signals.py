@@ -101,10 +101,10 @@ def test_cancel_spares_a_tail_of_the_log_and_a_forged_pid(cli, tmp_path):
         # A forged status/pid names an unrelated process: adopt and cancel must not take it.
         other = _done_free_run(cli, tmp_path)
         (other / "status" / "pid").write_text(f"{bystander.pid}\n")
-        from hpctrain.backends.local import LocalBackend, _start_time
+        from hpctrain.backends.local import LocalBackend, process_start_time
         from hpctrain.runs.records import Run
         run = Run(other)
-        run.update(pid=bystander.pid, pid_start=_start_time(bystander.pid))
+        run.update(pid=bystander.pid, pid_start=process_start_time(bystander.pid))
         LocalBackend().cancel(run)
         assert LocalBackend().adopt(run) is None
         assert bystander.poll() is None  # not signalled
