@@ -267,7 +267,7 @@ def cmd_site_detect(args) -> int:
     import shlex
     from pathlib import Path
     from .backends.slurm.detect import detect
-    from .job.sites import _load, search_dirs
+    from .job.sites import load_file, search_dirs
     import os
     import re
     from .errors import HpctrainError
@@ -283,7 +283,7 @@ def cmd_site_detect(args) -> int:
         print("site detect: asking scontrol and sinfo, and one 2-node probe job ...", flush=True)
     _, todo = detect(args.name, out, args.partition, args.nodelist,
                      shlex.split(args.python) if args.python else None, not args.no_probe, work)
-    _load(str(out), out.stat().st_mtime_ns)  # the profile it wrote loads as every site does
+    load_file(out)  # the profile it wrote loads as every site does
     print(f"wrote {out} (valid); each key says why in a comment above it")
     for t in todo:
         print(f"  TODO: {t}")

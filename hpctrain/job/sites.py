@@ -10,11 +10,16 @@ from ..schema.profiles import PACKAGED, available, find, read, search_dirs
 from ..schema.spec import SiteProfile
 from ..schema.yamlfile import Located
 
-__all__ = ["PACKAGED", "available", "find", "load", "search_dirs"]
+__all__ = ["PACKAGED", "available", "find", "load", "load_file", "search_dirs"]
 
 
 def load(name: str) -> tuple[SiteProfile, Located]:
-    path = find(name)
+    """The site profile `name` (a name on the search path, or a file's path), checked whole."""
+    return load_file(find(name))
+
+
+def load_file(path: Path) -> tuple[SiteProfile, Located]:
+    """The site profile in this file, checked whole; read again only once the file changes."""
     return _load(str(path), path.stat().st_mtime_ns)
 
 
