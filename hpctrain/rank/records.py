@@ -55,7 +55,11 @@ def _accepts(annotation: str, value: Any) -> bool:
     return False
 
 
-def _build(cls, data: Any, source: str):
+def build_record(cls, data: Any, source: str):
+    """A record of dataclass `cls` from decoded JSON, each field checked against its annotation
+    (RecordError naming `source` when one is missing or of the wrong type); keys it does not
+    know are kept in its `extra`, where it has one. For a reader that reads the bytes itself:
+    runs/records.py reads run.json with the bounds of an untrusted run directory."""
     if not isinstance(data, dict):
         raise RecordError(f"{source}: expected a JSON object, found {type(data).__name__}")
     values = {}
@@ -339,7 +343,7 @@ class RankConfig:
 
     @classmethod
     def load(cls, path: str) -> "RankConfig":
-        return _build(cls, read_json(path), path)
+        return build_record(cls, read_json(path), path)
 
     def to_dict(self) -> dict:
         return _asdict(self)
@@ -465,7 +469,7 @@ def read_identities(directory: str) -> list[RankIdentity]:
     for _, path, data in _rank_records(_rank_files(os.path.join(directory, "status"), _RANK_FILE)):
         try:
             if not isinstance(data, Exception):
-                out.append(_build(RankIdentity, data, path))
+                out.append(build_record(RankIdentity, data, path))
         except RecordError:
             continue
     return out
@@ -493,7 +497,7 @@ def read_rank_failures(run_dir: str, tasks: bool = True) -> list[RankFailure]:
             try:
                 if isinstance(data, Exception):
                     raise data
-                failure = _build(RankFailure, data, path)
+                failure = build_record(RankFailure, data, path)
             except (OSError, RecordError) as exc:
                 failure = RankFailure(rank=rank, node="?", exit_status=1, error=f"unreadable: {exc}")
             failure.task = task
@@ -556,7 +560,7 @@ def read_progress(directory: str) -> list[Progress]:
                                                     _PROGRESS_FILE)):
         try:
             if not isinstance(data, Exception):
-                out.append(_checked_progress(_build(Progress, data, path), path))
+                out.append(_checked_progress(build_record(Progress, data, path), path))
         except RecordError:
             continue
     return out
@@ -598,7 +602,7 @@ def read_job_failure(run_dir: str) -> JobFailure | None:
     if not os.path.exists(path):
         return None
     try:
-        return _build(JobFailure, read_json(path), path)
+        return build_record(JobFailure, read_json(path), path)
     except (OSError, RecordError) as exc:
         return JobFailure(reason="unknown", exit_status=1, message=f"unreadable: {exc}")
 
@@ -635,7 +639,7 @@ def read_job_failures(run_dir: str) -> list[JobFailure]:
         return []
     for line in lines:
         try:
-            out.append(_build(JobFailure, json.loads(line), path))
+            out.append(build_record(JobFailure, json.loads(line), path))
         except (ValueError, RecordError):
             continue
     return out
@@ -700,7 +704,7 @@ def read_excluded(run_dir: str) -> list[ExcludedNode]:
     out = []
     for item in data:
         try:
-            out.append(_build(ExcludedNode, item, path))
+            out.append(build_record(ExcludedNode, item, path))
         except RecordError:
             continue
     return out
@@ -754,7 +758,7 @@ class RunRecord:
 
     @classmethod
     def load(cls, path: str) -> "RunRecord":
-        return _build(cls, read_json(path), path)
+        return build_record(cls, read_json(path), path)
 
     def to_dict(self) -> dict:
         return _asdict(self)

@@ -79,14 +79,14 @@ class Run(msgspec.Struct):
 
     @property
     def record(self) -> RunRecord:
-        from ..rank.records import RecordError, RunRecord, _build
+        from ..rank.records import RecordError, RunRecord, build_record
         from .untrusted import Unreadable, check_record, read_regular
         path = self.path / RECORD
         try:
             # A regular file of a bounded size only (a FIFO or /dev/zero must not hang), its
             # values checked like a job file's: run directories are shared, untrusted data.
             data = json.loads(read_regular(path).decode("utf-8"))
-            rec = _build(RunRecord, data, str(path))
+            rec = build_record(RunRecord, data, str(path))
         except FileNotFoundError:
             raise HpctrainError(f"{self.path} is not a run directory (no {RECORD})") from None
         except (RecordError, ValueError, RecursionError) as exc:
