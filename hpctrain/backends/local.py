@@ -162,16 +162,19 @@ class LocalBackend(Backend):
         rec = run.record
         alive = recorded_process_alive(rec)
         if rec.array_size:
-            tasks = [self._task_state(run.path / "tasks" / str(i), alive, rec.cancelled,
-                                      f"{rec.job_id}_{i}") for i in range(rec.array_size)]
+            tasks = [self.task_state(run.path / "tasks" / str(i), alive, rec.cancelled,
+                                     f"{rec.job_id}_{i}") for i in range(rec.array_size)]
             return summarise(str(rec.job_id), tasks)
-        st = self._task_state(run.path, alive, rec.cancelled, str(rec.job_id))
+        st = self.task_state(run.path, alive, rec.cancelled, str(rec.job_id))
         if st.state == State.RUNNING and rec.submitted_ts:
             st.elapsed = fmt_elapsed(time.time() - rec.submitted_ts)
         return st
 
     @staticmethod
-    def _task_state(d: Path, alive: bool, cancelled: float | None, job: str) -> JobState:
+    def task_state(d: Path, alive: bool, cancelled: float | None, job: str) -> JobState:
+        """The state of a run directory (or a sweep task's) from what it left there: its exit
+        status, status/stopped.json, its log; `alive`: whether the run's process still is. The
+        ssh backend's runs leave the same files."""
         code = _exit_status(d)
         if code is not None:
             # Ended after the cancel (whatever its status: torchrun may exit 0 on SIGTERM).

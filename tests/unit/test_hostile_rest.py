@@ -369,7 +369,7 @@ def test_a_status_of_an_array_is_linear_in_its_records(tmp_path):
             for i in range(0, 20000, 2)]
     recs.append(records.Record(job_id="5", array_job_id="5", pending_tasks=tuple(range(1, 20000, 2)),
                                state="PENDING"))
-    state = SlurmBackend._one(Run(d), recs)
+    state = SlurmBackend.state_of(Run(d), recs)
     assert len(state.tasks) == 20000 and state.tasks[1].state.value == "PENDING"
     assert state.tasks[3].job == "5_3" and state.tasks[2].state.value == "RUNNING"
 

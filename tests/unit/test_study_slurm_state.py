@@ -14,7 +14,7 @@ def test_a_study_on_slurm_is_running_while_any_worker_runs(tmp_path):
               parallel=2).save(str(tmp_path / "run.json"))
     records = [Record(job_id="7", array_job_id="7", task=1, state="COMPLETED", exit_code=0),
                Record(job_id="8", array_job_id="7", task=0, state="RUNNING")]
-    st = SlurmBackend._one(Run(tmp_path), records)
+    st = SlurmBackend.state_of(Run(tmp_path), records)
     assert st.state == State.RUNNING and [t.state for t in st.tasks] == [State.RUNNING, State.COMPLETED]
     records[1] = Record(job_id="8", array_job_id="7", task=0, state="CANCELLED", exit_code=143)
-    assert SlurmBackend._one(Run(tmp_path), records).state == State.CANCELLED
+    assert SlurmBackend.state_of(Run(tmp_path), records).state == State.CANCELLED

@@ -264,8 +264,8 @@ class SlurmBackend(Backend):
             records += slurm_records.parse_sacct(commands.run(
                 ["sacct", "-X", "-P", "-n", "-o", slurm_records.SACCT_FIELDS,
                  "-j", ",".join(missing)]))
-        answers = [self._one(run, [r for r in records if slurm_records.belongs(r, str(run.record.job_id))
-                                   or r.job_id.split("_")[0] == str(run.record.job_id)])
+        answers = [self.state_of(run, [r for r in records if slurm_records.belongs(r, str(run.record.job_id))
+                                      or r.job_id.split("_")[0] == str(run.record.job_id)])
                    for run in runs]
         _explain(answers, records)
         return answers
@@ -291,7 +291,10 @@ class SlurmBackend(Backend):
         return slurm_records.parse_squeue_json(text)
 
     @staticmethod
-    def _one(run: Run, records) -> JobState:
+    def state_of(run: Run, records) -> JobState:
+        """A run's state from the scheduler's records of its job (squeue's, scontrol's, sacct's
+        or slurmrestd's, already parsed): an array's from every task's. The REST backend asks
+        the same question of its own records."""
         rec = run.record
         job_id = str(rec.job_id)
         # A study's workers are an array too (run.json parallel; no array_size: it is no sweep).

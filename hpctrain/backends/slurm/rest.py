@@ -204,7 +204,7 @@ class RestBackend(Backend):
         """One GET for every run (22.05's API has no job filter: the whole queue, as squeue)."""
         from .backend import SlurmBackend
         found = self._records()
-        return [SlurmBackend._one(run, [r for r in found if restjobs.records.belongs(
+        return [SlurmBackend.state_of(run, [r for r in found if restjobs.records.belongs(
                     r, str(run.record.job_id)) or r.job_id.split("_")[0] == str(run.record.job_id)])
                 for run in runs]
 

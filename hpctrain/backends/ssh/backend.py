@@ -401,13 +401,13 @@ class SshBackend(Backend):
         from ..local import LocalBackend
         rec = run.record
         if rec.array_size:
-            tasks = [LocalBackend._task_state(run.path / "tasks" / str(i), alive, rec.cancelled,
-                                              f"{rec.job_id}_{i}") for i in range(rec.array_size)]
+            tasks = [LocalBackend.task_state(run.path / "tasks" / str(i), alive, rec.cancelled,
+                                             f"{rec.job_id}_{i}") for i in range(rec.array_size)]
             for t in tasks:
                 if t.state == State.RUNNING:
                     t.nodes = compress(hosts)
             return summarise(str(rec.job_id), tasks)
-        st = LocalBackend._task_state(run.path, alive, rec.cancelled, str(rec.job_id))
+        st = LocalBackend.task_state(run.path, alive, rec.cancelled, str(rec.job_id))
         hosts = _attempt_hosts(run, hosts)
         if st.state == State.RUNNING:
             st.nodes = compress(hosts)
