@@ -43,7 +43,7 @@ def prepare_shell(job: Job, run_id: str | None = None):
     prep = prepare(job, run_id)
     roots = backend_class(prep.backend).shell_roots
     if roots is None:
-        raise backend(prep.backend)._no_interactive("hpctrain shell")
+        raise backend(prep.backend).no_interactive("hpctrain shell")
     over_ssh = prep.mirror is not None or not backend_class(prep.backend).shell_takes_secrets
     if over_ssh and prep.plan.secrets:
         # submit hands them to the far side on the ssh session's standard input; an interactive

@@ -195,7 +195,7 @@ class Backend(abc.ABC):
         """The command that gets an allocation with the plan's resources and directives and
         runs `bash --rcfile RCFILE -i` on its first node, having written the allocation's id to
         RECORD; it releases the allocation when the shell ends or the command is hung up."""
-        raise self._no_interactive("hpctrain shell")
+        raise self.no_interactive("hpctrain shell")
 
     def inside(self, job_id: str) -> bool:
         """Whether this process runs inside that job's allocation (`hpctrain launch`)."""
@@ -203,18 +203,20 @@ class Backend(abc.ABC):
 
     def attach_command(self, run: Run, node: str) -> list[str]:
         """An interactive shell on that node of the run's running job, beside its ranks."""
-        raise self._no_interactive("hpctrain attach")
+        raise self.no_interactive("hpctrain attach")
 
     def job_nodes(self, run: Run) -> list[str]:
         """The nodes the run's job runs on now, first node first ([] when it runs nowhere)."""
-        raise self._no_interactive("hpctrain attach")
+        raise self.no_interactive("hpctrain attach")
 
     def on_nodes(self, run: Run, command: list[str]) -> str:
         """Run `command` once on every node of the run's running job, beside its ranks; its
         output. HpctrainError when a node cannot be reached."""
-        raise self._no_interactive("hpctrain attach --stacks")
+        raise self.no_interactive("hpctrain attach --stacks")
 
-    def _no_interactive(self, what: str):
+    def no_interactive(self, what: str):
+        """The error for a command (`what`) that needs an interactive allocation, on a backend
+        that cannot give one."""
         from ..errors import HpctrainError
         return HpctrainError(f"{what}: the {self.name} backend has no interactive allocation",
                              fix="a site whose scheduler is slurm, ssh or local, "
