@@ -121,6 +121,53 @@ def test_imports_run_down_the_layers():
     assert not up, "imports running up the layers:\n" + "\n".join(up)
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_uses(path: Path) -> list[str]:
+    """Where this module reaches another hpctrain module's private names: `from .x import _y`,
+    or an attribute through a name it imported from hpctrain (`x._y`, `X._y`, `f(...)._y`)."""
+    tree = ast.parse(path.read_text())
+    imported: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "hpctrain"):
+            for alias in node.names:
+                if _private(alias.name):
+                    found.append(f"{node.lineno}: {ast.unparse(node)}")
+                imported.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            imported.update(a.asname or "hpctrain" for a in node.names if a.name.split(".")[0] == "hpctrain")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            root = node.value
+            while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
+                root = root.func if isinstance(root, ast.Call) else root.value
+            if isinstance(root, ast.Name) and root.id in imported:
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    """A name with one leading underscore is its module's own. What two modules share gets a
+    public name and a docstring, so that whoever changes it knows it has other users."""
+    offenders = [f"{path.relative_to(PACKAGE.parent)}:{use}"
+                 for path in sorted(PACKAGE.rglob("*.py")) for use in _private_uses(path)]
+    assert not offenders, "private names used across modules:\n" + "\n".join(offenders)
+
+
+def test_the_private_names_check_sees_each_form(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from ..rank.during import sampler\nfrom hpctrain.x import _y, z\n"
+                      "import hpctrain.runs.records\nfrom .local import LocalBackend, backend\n"
+                      "sampler._a; z._b(); LocalBackend._c; backend('x')._d; hpctrain.runs._e\n"
+                      "self._f; other._g; sampler.__name__\n")
+    assert sorted(u.split(": ", 1)[1] for u in _private_uses(module)) == sorted([
+        "from hpctrain.x import _y, z", "sampler._a", "z._b", "LocalBackend._c",
+        "backend('x')._d", "hpctrain.runs._e"])
+
+
 def test_top_level_stays_small():
     """Concerns live in folders; the top level holds the entry points and the lowest modules."""
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
