@@ -121,6 +121,23 @@ def test_imports_run_down_the_layers():
     assert not up, "imports running up the layers:\n" + "\n".join(up)
 
 
+def test_the_architecture_page_shows_the_layers_and_every_folder():
+    """docs/architecture.md's layer line is LAYERS, in order, and its tree names every module at
+    the top and every folder: one added without the page fails here, not in a newcomer's
+    reading (search/ went unmentioned for a while)."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    line = re.search(r"`tests/unit/test_layout.py`:\n(.*?)\. A module", page, re.S).group(1)
+    assert [layer.replace(",", " ").split() for layer in line.split("<")] == [l.split() for l in LAYERS]
+    tree = page[page.index("```text\nhpctrain/"):]
+    tree = tree[:tree.index("```", 3)]
+    top = [p.name for p in PACKAGE.glob("*.py")]
+    folders = [p.parent.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("__init__.py")
+               if p.parent != PACKAGE]
+    missing = [n for n in top if n not in tree] + \
+        [f for f in folders if not re.search(rf"(^  |[ (]){re.escape(f.split('/')[-1])}/ ", tree, re.M)]
+    assert not missing, f"docs/architecture.md's tree does not name: {missing}"
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
