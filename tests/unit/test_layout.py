@@ -4,11 +4,18 @@ know which scheduler a job uses."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hpctrain"
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for all the tests here (which only read it)."""
+    return ast.parse(path.read_text())
 
 
 def _modules() -> dict[str, Path]:
@@ -25,14 +32,17 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     import statement or through importlib.import_module (a registry's lookup)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):  # what `if TYPE_CHECKING:` imports is never imported
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            node.body = []
+    tree = _tree(path)
+    # What `if TYPE_CHECKING:` imports is never imported.
+    unused = {id(n) for node in ast.walk(tree)
+              if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+              for statement in node.body for n in ast.walk(statement)}
     # What a registry can hand to import_module: the strings of this file that name a module.
     strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     for node in ast.walk(tree):
         targets: list[str] = []
+        if id(node) in unused:
+            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -64,9 +74,15 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
-def test_no_import_cycle():
+@functools.lru_cache(maxsize=None)
+def _graph() -> dict[str, frozenset[str]]:
+    """Each module -> the hpctrain modules it imports."""
     mods = _modules()
-    graph = {name: _imports(name, path, set(mods)) for name, path in mods.items()}
+    return {name: frozenset(_imports(name, path, set(mods))) for name, path in mods.items()}
+
+
+def test_no_import_cycle():
+    graph = _graph()
     # The registries' lookups are edges too (a cycle through one is as real as any).
     assert {"hpctrain.backends.submitit", "hpctrain.backends.slurm.login"} <= graph["hpctrain.backends"]
     assert "hpctrain.libraries.rsl_rl" in graph["hpctrain.libraries"]
@@ -109,13 +125,11 @@ def _layer(module: str) -> int:
 def test_imports_run_down_the_layers():
     """The tree is the layer diagram: no module imports one of a higher layer. The package's own
     __init__ is the API face (it loads its names on first use) and stands above every layer."""
-    mods = _modules()
-    known = set(mods)
     up = []
-    for name, path in sorted(mods.items()):
+    for name, imported in sorted(_graph().items()):
         if name == "hpctrain":
             continue
-        for target in _imports(name, path, known) - {"hpctrain"}:
+        for target in imported - {"hpctrain"}:
             if _layer(target) > _layer(name):
                 up.append(f"{name} ({LAYERS[_layer(name)]}) imports {target} ({LAYERS[_layer(target)]})")
     assert not up, "imports running up the layers:\n" + "\n".join(up)
@@ -145,7 +159,7 @@ def _private(name: str) -> bool:
 def _private_uses(path: Path) -> list[str]:
     """Where this module reaches another hpctrain module's private names: `from .x import _y`,
     or an attribute through a name it imported from hpctrain (`x._y`, `X._y`, `f(...)._y`)."""
-    tree = ast.parse(path.read_text())
+    tree = _tree(path)
     imported: set[str] = set()
     found = []
     for node in ast.walk(tree):
@@ -212,7 +226,7 @@ def test_rank_side_is_stdlib_only_and_self_contained():
     stdlib = set(sys.stdlib_module_names)
     for path in (PACKAGE / "rank").rglob("*.py"):
         depth = len(path.relative_to(PACKAGE / "rank").parts)  # 2 in a group's folder
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                   for n in ast.walk(f)}
         for node in ast.walk(tree):
@@ -250,7 +264,7 @@ def test_only_backends_know_schedulers():
     for path in PACKAGE.rglob("*.py"):
         if "backends" in path.parts:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if not isinstance(node, ast.Compare) or \
                     not all(isinstance(o, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for o in node.ops):
                 continue
@@ -300,7 +314,7 @@ def test_rank_side_is_grouped_by_when_it_runs():
         else:
             assert len(parts) == 2 and parts[0] in RANK_GROUPS, f"rank/{'/'.join(parts)}"
             allowed = RANK_GROUPS[parts[0]]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ImportFrom) and node.level:
                 up = node.level - (len(parts) - 1)  # 1: from rank/ itself
                 target = (node.module or "").split(".")[0] if up == 1 else parts[0]
