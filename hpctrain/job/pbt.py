@@ -18,19 +18,6 @@ from ..schema.spec import JobSpec
 # checkpoint with a different value cannot load it.
 _SHAPED = re.compile(r"(^|[._-])(hidden_dims|actor_hidden_dims|critic_hidden_dims|units|"
                      r"layers|mlp|network|num_envs|num-envs|num_observations|num_actions)$")
-# (library, key pattern) -> why the library keeps the checkpoint's value over the new one.
-_RESTORED = {
-    ("rsl_rl", re.compile(r"(^|\.)learning_rate$")): (
-        "rsl_rl's runner.load() restores the optimizer's state, learning rate included, from "
-        "the checkpoint, and its 'fixed' schedule never sets it again (its 'adaptive' one "
-        "replaces it by the KL rule): a new learning_rate would not take effect"),
-    ("skrl", re.compile(r"(^|\.)learning_rate$")): (
-        "skrl's agent.load() restores the optimizer's state, learning rate included, from the "
-        "checkpoint: a new learning_rate would not take effect"),
-    ("skrl_jax", re.compile(r"(^|\.)learning_rate$")): (
-        "skrl's agent.load() restores the optimizer's state, learning rate included, from the "
-        "checkpoint: a new learning_rate would not take effect"),
-}
 
 
 def bottom_count(parallel: int, fraction: float) -> int:
@@ -84,10 +71,10 @@ def check_pbt(spec: JobSpec, where) -> None:
                 "tensors are shaped by it, so a member given another value could not load the "
                 "checkpoint it copies", at,
                 "tune it with a study (search.method optuna), or leave it out of a PBT")
-        for (library, pattern), why in _RESTORED.items():
-            if library == spec.library and pattern.search(key):
+        for pattern, why in lib.restored_from_checkpoint:
+            if re.search(pattern, key):
                 raise HpctrainError(f"search.params.{key} cannot change in the middle of a "
-                                    f"{library} run: {why}", at,
+                                    f"{spec.library} run: {why}", at,
                                     "tune it with a study (search.method optuna), or a value the "
                                     "library does not restore (entropy_coef, clip_param, ...)")
 

@@ -47,6 +47,10 @@ class Adapter:
     # The TensorBoard tags of the library's main metric (its mean episode return), first
     # choice first: `hpctrain plot` draws them first.
     main_scalars: tuple[str, ...] = ()
+    # Settings the library restores from its checkpoint over the value it is started with:
+    # (regular expression searched in a dotted key, why). Population-based training cannot
+    # change them in the middle of a run (job/pbt.py).
+    restored_from_checkpoint: tuple[tuple[str, str], ...] = ()
 
     def shims(self, spec: JobSpec) -> list[str]:
         """The CPU shims this job's ranks arm in CPU mode (cpu_shims, and what the job adds)."""

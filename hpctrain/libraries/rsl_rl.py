@@ -17,6 +17,10 @@ class RslRl(IsaacLabAdapter):
     # examples/rl/rsl_rl_pendulum.py: runner.save() names, --checkpoint PATH.
     checkpoint_globs = ("checkpoints/model_*.pt",)
     resume_template = ("--checkpoint", "{checkpoint}")
+    restored_from_checkpoint = ((r"(^|\.)learning_rate$", (
+        "rsl_rl's runner.load() restores the optimizer's state, learning rate included, from "
+        "the checkpoint, and its 'fixed' schedule never sets it again (its 'adaptive' one "
+        "replaces it by the KL rule): a new learning_rate would not take effect")),)
     # Isaac Lab: logs/rsl_rl/<experiment>/<timestamp>[_<run name>]/model_<iter>.pt. Its
     # --load_run is a run-directory regex and --checkpoint a file-name regex under logs/rsl_rl/,
     # each matched from the start of a name (re.match): given exactly, escaped and anchored.

@@ -9,6 +9,7 @@ fails the job.
 from __future__ import annotations
 
 from .isaaclab import IsaacLabAdapter
+from .skrl import Skrl
 
 
 class SkrlJax(IsaacLabAdapter):
@@ -32,6 +33,7 @@ class SkrlJax(IsaacLabAdapter):
     # examples/rl/skrl_jax_pendulum.py: agent.save() names (parameters only), --checkpoint PATH.
     checkpoint_globs = ("checkpoints/agent_*.pickle",)
     resume_template = ("--checkpoint", "{checkpoint}")
+    restored_from_checkpoint = Skrl.restored_from_checkpoint  # the same agent.load()
     isaaclab_checkpoint_globs = ("logs/skrl/*/*/checkpoints/agent_*.pickle",)
     isaaclab_resume_template = ("--checkpoint", "{checkpoint}")
 
