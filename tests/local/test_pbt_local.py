@@ -43,6 +43,24 @@ def _resumed(run_dir, i):
     return [(int(a), float(b)) for a, b in (line.split() for line in path.read_text().splitlines())]
 
 
+def explored_from(lineage, copy) -> list[float]:
+    """The lr values a copy may have explored from: those of its parent's records of the copied
+    interval (the parent may have written another one, a copy of its own, in the meantime),
+    and for a record that is itself a copy (its values not tried yet), those it copied."""
+    out, todo, seen = [], [(copy["parent"], copy["parent_interval"])], set()
+    while todo:
+        m, interval = todo.pop()
+        if (m, interval) in seen:
+            continue
+        seen.add((m, interval))
+        for p in lineage[m]:
+            if p.get("interval", 0) == interval and p["event"] in ("ready", "end", "exploit"):
+                out.append(p["params"]["lr"])
+                if p["event"] == "exploit":
+                    todo.append((p["parent"], p["parent_interval"]))
+    return out
+
+
 def _wait(pred, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -108,11 +126,7 @@ def test_a_population_copies_perturbs_and_beats_its_fixed_values(cli, tmp_path):
     copies = [(i, r) for i, recs in lineage.items() for r in recs if r["event"] == "exploit"]
     assert copies, lineage
     for i, r in copies:
-        # (the parent's record of that interval it read: the parent may have written another
-        # one, a copy of its own, in the meantime)
-        parents = [p["params"]["lr"] for p in lineage[r["parent"]]
-                   if p.get("interval", 0) == r["parent_interval"]
-                   and p["event"] in ("ready", "end", "exploit")]
+        parents = explored_from(lineage, r)
         assert any(math.isclose(r["params"]["lr"], min(max(lr * f, 1e-5), 1e-1))
                    for lr in parents for f in (0.1, 10)), (r, parents)
         assert any(lr == r["params"]["lr"] for _, lr in _resumed(run_dir, i)), r
