@@ -51,14 +51,24 @@ def rule(search, key: str) -> str:
 
 def explore(search, params: dict, rng: random.Random) -> dict:
     """The values a member continues with after copying a member whose values were `params`."""
-    out = {}
+    return explored(search, params, rng)[0]
+
+
+def explored(search, params: dict, rng: random.Random) -> tuple[dict, list[str]]:
+    """explore's values, and the keys among them drawn afresh from the space. A key whose rule is
+    perturb is resampled instead with probability pbt.resample_probability (as Ray Tune's PBT):
+    multiplying by x0.8/x1.2 cannot cross decades within a training, a fresh draw can."""
+    out, fresh = {}, []
+    chance = search.pbt.resample_probability
     for key, p in search.params.items():
         value = params.get(key)
-        if value is None or rule(search, key) == "resample" or isinstance(value, (bool, str)):
+        if value is None or rule(search, key) == "resample" or isinstance(value, (bool, str)) \
+                or (chance > 0 and rng.random() < chance):
             out[key] = sample(p, rng)
+            fresh.append(key)
         else:
             out[key] = perturb(value, p, search.pbt.factors, rng)
-    return out
+    return out, fresh
 
 
 def ranked(latest: dict[int, float], direction: str) -> list[int]:

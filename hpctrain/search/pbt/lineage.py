@@ -48,6 +48,7 @@ class Record(msgspec.Struct, kw_only=True, omit_defaults=True):
     checkpoint: str | None = None  # its path inside the member's own run dir (ready, end)
     parent: int | None = None  # exploit: the member it copied ...
     parent_interval: int | None = None  # ... at that member's record of this interval
+    resampled: list[str] = []  # exploit: the keys drawn afresh from the space (not perturbed)
     note: str = ""
 
 
@@ -103,7 +104,9 @@ def _valid(rec: Record, member: int) -> bool:
             and 0 <= rec.interval < (1 << 40) and (rec.step is None or 0 <= rec.step < (1 << 62))
             and (rec.parent is None or 0 <= rec.parent < MAX_MEMBERS)
             and (rec.checkpoint is None or good_rel(rec.checkpoint))
-            and len(rec.params) <= 64 and len(rec.note) <= 1000 and nested_within(rec.params))
+            and len(rec.params) <= 64 and len(rec.note) <= 1000
+            and len(rec.resampled) <= 64 and all(len(k) <= 200 for k in rec.resampled)
+            and nested_within(rec.params))
 
 
 def read(run_dir, member: int, budget: Budget | None = None) -> list[Record]:

@@ -283,12 +283,14 @@ class Member(Worker):
             return None
         if stop is not None:
             stop()  # its ranks save and end, as on a preemption
-        new = explore.explore(self.search, explore.trained_values(records, rec), self.rng)
+        new, fresh = explore.explored(self.search, explore.trained_values(records, rec),
+                                      self.rng)
         if not self.take(rec):
             self.why = f"member {parent}'s copied checkpoint could not be placed"
             return None
         self.record("exploit", new, interval=rec.interval, step=rec.step, score=rec.score,
                     parent=parent, parent_interval=rec.interval, checkpoint=rec.checkpoint,
+                    resampled=fresh,
                     note="after a crash with no checkpoint of its own" if force else "")
         self.copied = rec.interval
         log(f"member {self.index} copies member {parent} (interval {rec.interval}, "
