@@ -369,6 +369,36 @@ def test_a_copy_of_a_member_that_just_copied_explores_from_the_values_that_train
     assert explore.trained_values(records, records[0][-1]) == {"lr": 0.03}
 
 
+def test_a_member_that_does_not_copy_records_why_and_status_shows_it(tmp_path):
+    from hpctrain.search.pbt import show
+    d = make_population(tmp_path)
+    m = member(d, 0)  # the top member at interval 5
+    assert m.copy_a_top_member({"lr": 0.03}, upto=5) is None
+    assert m.why == "in the top 2 of 4", m.why
+    m.kept({"lr": 0.03}, 5)
+    m.kept({"lr": 0.03}, 5)  # judged again as another member reaches interval 5: the same why
+    kept = [r for r in lineage.read(d, 0) if r.event == "kept"]
+    assert [(r.interval, r.why) for r in kept] == [(5, "in the top 2 of 4")]
+    lonely = member(d, 1)
+    lonely.why = "member 0's checkpoint could not be copied"  # (see the test of a failed copy)
+    lonely.kept({"lr": 0.01}, 10)
+    pop = show.population(Run(d))
+    rows = {r.member: r for r in pop.members}
+    assert rows[3].decision == "copied member 0 at interval 5"
+    assert rows[1].decision == "interval 10: no copy, member 0's checkpoint could not be copied"
+    assert [(p.event, p.why) for p in rows[1].history if p.event == "kept"] == [
+        ("kept", "member 0's checkpoint could not be copied")]
+    text = show.format_population(pop)
+    assert "newest decision" in text and "no copy, member 0's checkpoint could not be" in text
+    # A reason is bounded as it is read back, like the rest of the record.
+    with open(lineage.lineage_path(d, 2), "ab") as f:
+        f.write(msgspec.json.encode(Record(member=2, event="kept", time=T + 99, params={},
+                                           interval=10, why="x" * 301)) + b"\n")
+        f.write(msgspec.json.encode(Record(member=2, event="exploit", time=T + 99, params={},
+                                           resampled=["k"] * 65)) + b"\n")
+    assert lineage.read(d, 2)[-1].event == "end"
+
+
 def test_only_an_eligible_top_member_is_copied():
     latest = {0: 9.0, 1: 8.5, 2: 1.0, 3: 0.5}
     assert explore.parent_for(1, latest, 4, 0.25, "maximize", random.Random(0)) is None

@@ -11,7 +11,8 @@ the same interval, its ranks are signalled to save and end (as
 on a preemption), the chosen top member's recorded checkpoint is copied into its own directory
 (where the library's resume looks: it is the newest there), its values are explored from that
 member's, and the launch starts again: the library resumes from that checkpoint with the new
-values. Members never wait for one another: each compares with the others' newest records.
+values; else it records why it kept on. Members never wait for one another: each compares with
+the others' newest records.
 
 A crash restarts the member from its own newest checkpoint with its values, or from a top
 member's when it has none yet; a signal to the member (preemption, cancel) goes on to its ranks,
@@ -297,6 +298,20 @@ class Member(Worker):
             f"{self.search.metric} {rec.score}) and continues with {new}")
         return new
 
+    def kept(self, params: dict, interval: int) -> None:
+        """Record why this member did not copy at `interval` (`status` shows the newest), once
+        for each reason there: a member judged again as others reach its interval may keep for
+        the same reason each time."""
+        why = self.why[:lineage.MAX_WHY]
+        if not why:
+            return
+        for rec in reversed(self.history):
+            if rec.event != "kept" or rec.interval != interval:
+                break
+            if rec.why == why:
+                return
+        self.record("kept", params, interval=interval, why=why)
+
     def clear_progress(self) -> None:
         """The previous launch's progress records, so that the next one's steps are its own."""
         status = self.dir / "status"
@@ -352,6 +367,7 @@ class Member(Worker):
         records (copy_a_top_member); the new values when the member copied another (its ranks
         were signalled to save and end), else None. A member that decided before others reached
         its interval decides again as each of them reaches it, until it records the next one.
+        Each judgment that does not copy records why (a "kept" record).
         copied: the interval of the copied checkpoint this launch continues from, if any."""
         boundary, pending, reached = None, None, set()
         while self.child.poll() is None:
@@ -372,6 +388,7 @@ class Member(Worker):
                         new = self.copy_a_top_member_while_running(params, pending)
                         if new is not None:
                             return new
+                        self.kept(params, pending)
                 continue
             rel = self.settled_checkpoint()
             interval = step // self.pbt.interval
@@ -386,6 +403,7 @@ class Member(Worker):
             new = self.copy_a_top_member_while_running(params, interval)
             if new is not None:
                 return new
+            self.kept(params, interval)
         return None
 
     def reached(self, interval: int) -> set[int]:
