@@ -253,12 +253,17 @@ class Pbt(_Strict):
     fraction: Annotated[float, Meta(gt=0, le=0.5, description=(
             "the bottom fraction that copies a member of the top fraction"))] = 0.25
     explore: Annotated[dict[str, Literal["perturb", "resample"]], Meta(description=(
-            "key -> perturb (multiply by one of `factors`, kept in the space) or resample (a "
-            "new value from the space); null: perturb numbers, resample choices"))] = {}
+            "key -> perturb (multiply by one of `factors`, kept in the space; with "
+            "`resample_probability` a new value instead) or resample (a new value from the "
+            "space); null: perturb numbers, resample choices"))] = {}
     factors: Annotated[list[Annotated[float, Meta(gt=0, le=100)]], Meta(
             min_length=1, max_length=8, description=(
             "the factors a perturbed value is multiplied by, one chosen at random"))] = field(
                 default_factory=lambda: [0.8, 1.2])
+    resample_probability: Annotated[float, Meta(ge=0, le=1, description=(
+            "the chance that a value to perturb is drawn afresh from the space instead, each "
+            "key on its own (as Ray Tune's PBT): a best value that moves by decades is reached; "
+            "0: always perturb"))] = 0.25
     keep: Annotated[Annotated[int, Meta(ge=1, le=1000)], Meta(description=(
             "checkpoints each member keeps in the workspace (the newest)"))] = 2
 

@@ -22,6 +22,7 @@ import yaml
 
 from tests.conftest import submitted, wait_for_job
 from tests.local.test_pbt_local import JOB as LOCAL_JOB
+from tests.local.test_pbt_local import explored_from
 from tests.programs.known_schedule import fixed
 
 STEPS = 40
@@ -83,13 +84,11 @@ def test_a_population_of_array_tasks_copies_and_a_requeued_member_continues(cli,
     copies = [r for recs in lineage.values() for r in recs if r["event"] == "exploit"]
     assert copies, lineage
     for r in copies:
-        # (the parent's record of that interval it read: the parent may have written another
-        # one, a copy of its own, in the meantime)
-        parents = [p["params"]["lr"] for p in lineage[r["parent"]]
-                   if p.get("interval", 0) == r["parent_interval"]
-                   and p["event"] in ("ready", "end", "exploit")]
+        parents = explored_from(lineage, r)
+        # (or, with resample_probability, a fresh draw from the space, as its record says)
         assert any(math.isclose(r["params"]["lr"], min(max(lr * f, 1e-5), 1e-1))
-                   for lr in parents for f in (0.1, 10)), (r, parents)
+                   for lr in parents for f in (0.1, 10)) or (
+            r.get("resampled") == ["lr"] and 1e-5 <= r["params"]["lr"] <= 1e-1), (r, parents)
 
     # The best member's checkpoint is the one it ended with, in the workspace.
     st = json.loads(cli("status", run_dir.name, "--json").stdout)["population"]

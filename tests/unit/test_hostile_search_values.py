@@ -247,6 +247,7 @@ def test_slurm_parallel_is_bounded_by_the_sites_array_size(home, tmp_path):
 COUNTS = {  # key (with what it needs beside it) -> its line in the job file
     "n_trials": 7, "parallel": 7, "warmup_steps": 7, "max_failures": 7,
     "pbt.interval": 9, "pbt.steps": 9, "pbt.fraction": 9, "pbt.factors": 9, "pbt.keep": 9,
+    "pbt.resample_probability": 9,
 }
 HOSTILE_NUMBERS = [".nan", ".inf", "-.inf", "1.0e+309", str(10 ** 30), "true", "-1", "0"]
 
@@ -263,8 +264,8 @@ def test_every_count_of_search_and_pbt_refuses_hostile_numbers(home, tmp_path):
                         + ", ".join(f"{k}: {v}" for k, v in pbt.items()) + "}")
             else:
                 text = f"params: {{lr: {{low: 0.1, high: 1}}}}\n{key}: {value}"
-            if (key, value) == ("warmup_steps", "0"):
-                continue  # no warm-up at all is a warm-up
+            if (key, value) in (("warmup_steps", "0"), ("pbt.resample_probability", "0")):
+                continue  # no warm-up at all is a warm-up; never drawn afresh, a probability
             err = refused(tmp_path, text)
             assert err.where.endswith(f"job.yaml:{line}"), (key, value, str(err))
 

@@ -93,7 +93,7 @@ def _search(**pbt):
 
 
 def test_explore_perturbs_numbers_within_the_space_and_resamples_choices():
-    s = _search()
+    s = _search(resample_probability=0)  # perturbed always (the chance of a draw: below)
     rng = random.Random(1)
     for _ in range(50):
         new = explore.explore(s, {"lr": 1e-3, "n": 8, "opt": "a"}, rng)
@@ -165,3 +165,31 @@ def test_the_best_members_schedule_goes_back_through_its_copies():
     got = [(p.member, p.step, p.params["lr"]) for p in schedule(recs, 1)]
     assert got == [(0, None, 0.1), (0, 10, 0.1), (1, 10, 0.01), (1, 20, 0.01)], got
     assert json.loads(msgspec.json.encode(schedule(recs, 0)))[-1]["step"] == 20
+
+
+def test_explore_resamples_a_perturbed_key_with_its_probability():
+    # Ray Tune's default: a quarter of the perturbed values are drawn afresh from the space,
+    # each key on its own, and explored says which.
+    assert _search().pbt.resample_probability == 0.25
+    s = _search()
+    rng = random.Random(3)
+    fresh_lr = fresh_n = 0
+    for _ in range(400):
+        new, fresh = explore.explored(s, {"lr": 1e-3, "n": 4, "opt": "a"}, rng)
+        perturbed = any(abs(new["lr"] - 1e-3 * f) < 1e-12 for f in (0.8, 1.2))
+        assert perturbed == ("lr" not in fresh) and 1e-5 <= new["lr"] <= 1e-1
+        assert "opt" in fresh  # a choice is always drawn
+        fresh_lr += "lr" in fresh
+        fresh_n += "n" in fresh
+    assert 70 <= fresh_lr <= 130 and 70 <= fresh_n <= 130, (fresh_lr, fresh_n)
+    always = _search(resample_probability=1)
+    assert explore.explored(always, {"lr": 1e-3, "n": 4, "opt": "a"}, rng)[1] == ["lr", "n", "opt"]
+    never = _search(resample_probability=0, explore={"lr": "resample"})
+    assert explore.explored(never, {"lr": 1e-3, "n": 4, "opt": "a"}, rng)[1] == ["lr", "opt"]
+
+
+@pytest.mark.parametrize("value", ["-0.1", "1.5", ".nan", "true"])
+def test_a_resample_probability_outside_0_to_1_is_refused_at_its_line(tmp_path, value):
+    with pytest.raises(HpctrainError) as err:
+        load(tmp_path, GOOD.replace("steps: 100}", f"steps: 100, resample_probability: {value}}}"))
+    assert "resample_probability" in str(err.value) and "job.yaml:9" in str(err.value), str(err.value)

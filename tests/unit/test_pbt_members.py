@@ -106,6 +106,8 @@ def test_a_copy_that_fails_leaves_the_member_training(tmp_path):
     stops = []
     assert m.copy_a_top_member({"lr": 1e-5}, upto=2, stop=lambda: stops.append(1)) is None
     assert stops == [] and m.history[-1].event == "ready"  # its ranks were never stopped
+    assert m.why in ("member 0's checkpoint could not be copied",
+                     "member 2's checkpoint could not be copied"), m.why
 
 
 def _segments(m: Member, outcomes):
@@ -310,25 +312,92 @@ def test_a_copy_of_a_member_behind_is_kept_as_the_newest(tmp_path):
     assert slots == ["000002-2", "000007"], slots
 
 
-def test_a_member_never_copies_one_behind_it(tmp_path):
-    # Members 0 and 2 copied an interval-2 peak and are back at interval 2; member 1, at
-    # interval 3 with a lower score than those, must not copy them (members copying each
-    # other's old peak would never get past it): it goes on, and they compare at interval 3.
+def test_a_member_ahead_in_steps_but_worse_is_judged_at_its_boundary_and_copies(tmp_path):
+    # Member 3 ran ahead (interval 6: its score, summed over more steps, is above members 1 and
+    # 2's newest) but it trained worse: at the intervals the others reached, it held less than
+    # each of them. Judged at its own boundary against their newest records, each compared
+    # with what it held at that member's interval, it is in the bottom and copies a top
+    # member's newest checkpoint, behind it in steps (as asynchronous PBT does), without
+    # waiting for anyone to reach its interval.
     population(tmp_path)
-    for m, score in ((0, 9.0), (2, 20.0)):
-        lineage.append(tmp_path, Record(member=m, event="exploit", time=T + 50, params={"lr": 0.1},
-                                        interval=2, step=8, score=score, parent=3,
-                                        parent_interval=2, checkpoint="checkpoints/step-00008.json"))
-    ready(tmp_path, 3, 3, 5.0, 0.02, T + 51)
-    ready(tmp_path, 1, 3, 8.5, 0.01, T + 52)
-    m = member(tmp_path, 1)
+    for interval, score in ((3, 1.5), (4, 3.0), (5, 4.5), (6, 9.0)):
+        ready(tmp_path, 3, interval, score, 1e-5, T + 20 + interval)
+    m = member(tmp_path, 3)
+    records = m.records()
+    assert explore.margins(3, records, 6, "maximize") == {3: 0.0, 0: 20.0 - 4.5, 1: 6.0 - 0.5,
+                                                          2: 7.0 - 0.5}
+    # (ranked by raw newest scores at or before its interval, it was in the top: 9 > 7 > 6)
+    raw = {k: s for k, (s, _) in m.newest_scores(upto=6).items()}
+    assert explore.parent_for(3, raw, 4, 0.5, "maximize", random.Random(0)) is None
     stops = []
-    assert m.copy_a_top_member({"lr": 0.01}, upto=3, stop=lambda: stops.append(1)) is None
-    assert stops == [] and m.history[-1].event == "ready"
-    # Once member 2 has reached interval 3 with a better score, member 1 copies it.
-    ready(tmp_path, 2, 3, 21.0, 0.1, T + 53)
-    assert m.copy_a_top_member({"lr": 0.01}, upto=3, stop=lambda: stops.append(1)) is not None
-    assert m.history[-1].parent == 2 and stops == [1]
+    new = m.copy_a_top_member({"lr": 1e-5}, upto=6, stop=lambda: stops.append(1))
+    rec = m.history[-1]
+    assert new is not None and stops == [1] and rec.event == "exploit"
+    assert (rec.parent, rec.interval) in {(0, 5), (2, 2)}, rec  # the top two, by how far ahead
+    assert json.loads((m.dir / rec.checkpoint).read_text())["member"] == rec.parent
+
+
+def test_a_copy_of_an_older_record_is_not_copied_back(tmp_path):
+    # Member 1 (interval 3) copied member 2's interval-2 record. Until it has trained its new
+    # values, it holds member 2's older record, which member 2's own newer one stands for: it
+    # is not compared (member 2, far along, would otherwise go back for what it left). Once it
+    # records interval 3, both compare there; and what member 1 holds before the copied
+    # interval is member 2's training, not its own from before the copy.
+    population(tmp_path)
+    ready(tmp_path, 1, 3, 8.5, 0.01, T + 20)
+    m1 = member(tmp_path, 1)
+    m1.record("exploit", {"lr": 0.03}, interval=2, step=8, score=7.0, parent=2, parent_interval=2,
+              checkpoint="checkpoints/step-00008.json")
+    ready(tmp_path, 2, 3, 8.0, 0.02, T + 40)
+    assert 1 not in explore.margins(2, member(tmp_path, 2).records(), 3, "maximize")
+    ready(tmp_path, 1, 3, 7.5, 0.03, T + 50)
+    records = member(tmp_path, 2).records()
+    assert explore.margins(2, records, 3, "maximize")[1] == 7.5 - 8.0
+    assert explore.held_score(records, 1, 3) == 7.5
+    assert explore.held_score(records, 1, 2) == 7.0  # member 2's, not its own 6.0 of before
+    assert explore.held_score(records, 1, 1) is None  # member 2 recorded nothing before 2
+
+
+def test_a_copy_of_a_member_that_just_copied_explores_from_the_values_that_trained_it(tmp_path):
+    # Member 2's newest record is its copy of member 0 (values drawn for it, untried yet): a
+    # member copying member 2 explores from member 0's values, which earned that score.
+    population(tmp_path)
+    lineage.append(tmp_path, Record(member=2, event="exploit", time=T + 40, params={"lr": 7e-5},
+                                    interval=5, step=20, score=20.0, parent=0, parent_interval=5,
+                                    checkpoint="checkpoints/step-00020.json"))
+    records = member(tmp_path, 3).records()
+    assert explore.trained_values(records, records[2][-1]) == {"lr": 0.03}
+    assert explore.trained_values(records, records[0][-1]) == {"lr": 0.03}
+
+
+def test_a_member_that_does_not_copy_records_why_and_status_shows_it(tmp_path):
+    from hpctrain.search.pbt import show
+    d = make_population(tmp_path)
+    m = member(d, 0)  # the top member at interval 5
+    assert m.copy_a_top_member({"lr": 0.03}, upto=5) is None
+    assert m.why == "in the top 2 of 4", m.why
+    m.kept({"lr": 0.03}, 5)
+    m.kept({"lr": 0.03}, 5)  # judged again as another member reaches interval 5: the same why
+    kept = [r for r in lineage.read(d, 0) if r.event == "kept"]
+    assert [(r.interval, r.why) for r in kept] == [(5, "in the top 2 of 4")]
+    lonely = member(d, 1)
+    lonely.why = "member 0's checkpoint could not be copied"  # (see the test of a failed copy)
+    lonely.kept({"lr": 0.01}, 10)
+    pop = show.population(Run(d))
+    rows = {r.member: r for r in pop.members}
+    assert rows[3].decision == "copied member 0 at interval 5"
+    assert rows[1].decision == "interval 10: no copy, member 0's checkpoint could not be copied"
+    assert [(p.event, p.why) for p in rows[1].history if p.event == "kept"] == [
+        ("kept", "member 0's checkpoint could not be copied")]
+    text = show.format_population(pop)
+    assert "newest decision" in text and "no copy, member 0's checkpoint could not be" in text
+    # A reason is bounded as it is read back, like the rest of the record.
+    with open(lineage.lineage_path(d, 2), "ab") as f:
+        f.write(msgspec.json.encode(Record(member=2, event="kept", time=T + 99, params={},
+                                           interval=10, why="x" * 301)) + b"\n")
+        f.write(msgspec.json.encode(Record(member=2, event="exploit", time=T + 99, params={},
+                                           resampled=["k"] * 65)) + b"\n")
+    assert lineage.read(d, 2)[-1].event == "end"
 
 
 def test_only_an_eligible_top_member_is_copied():

@@ -34,7 +34,8 @@ MAX_RECORDS = 50_000
 MAX_MEMBERS = 4096
 MAX_POPULATION = 64 << 20  # bytes of every member's history together (~64 members' 1 MB)
 _REL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._=+-]{0,200}(/[A-Za-z0-9_][A-Za-z0-9._=+-]{0,200}){0,15}")
-Event = Literal["start", "ready", "exploit", "restart", "end", "failed"]
+Event = Literal["start", "ready", "kept", "exploit", "restart", "end", "failed"]
+MAX_WHY = 300  # characters of a record's reason
 
 
 class Record(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -48,6 +49,8 @@ class Record(msgspec.Struct, kw_only=True, omit_defaults=True):
     checkpoint: str | None = None  # its path inside the member's own run dir (ready, end)
     parent: int | None = None  # exploit: the member it copied ...
     parent_interval: int | None = None  # ... at that member's record of this interval
+    resampled: list[str] = []  # exploit: the keys drawn afresh from the space (not perturbed)
+    why: str = ""  # kept: why the member did not copy at that interval (`status` shows it)
     note: str = ""
 
 
@@ -103,7 +106,9 @@ def _valid(rec: Record, member: int) -> bool:
             and 0 <= rec.interval < (1 << 40) and (rec.step is None or 0 <= rec.step < (1 << 62))
             and (rec.parent is None or 0 <= rec.parent < MAX_MEMBERS)
             and (rec.checkpoint is None or good_rel(rec.checkpoint))
-            and len(rec.params) <= 64 and len(rec.note) <= 1000 and nested_within(rec.params))
+            and len(rec.params) <= 64 and len(rec.note) <= 1000 and len(rec.why) <= MAX_WHY
+            and len(rec.resampled) <= 64 and all(len(k) <= 200 for k in rec.resampled)
+            and nested_within(rec.params))
 
 
 def read(run_dir, member: int, budget: Budget | None = None) -> list[Record]:

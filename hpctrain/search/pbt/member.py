@@ -6,11 +6,13 @@ job's shape: a Slurm array task, or a process on the local site) training one ru
 It starts the job's own launch with the member's values and follows rank 0's progress. Each time
 the step passes an interval, it copies the member's newest settled checkpoint into the workspace
 and records (interval, step, score, values, checkpoint) in its lineage. If its score is then in
-the bottom fraction of the members' newest scores, its ranks are signalled to save and end (as
+the bottom fraction, each other member's newest record compared with what this member held at
+the same interval, its ranks are signalled to save and end (as
 on a preemption), the chosen top member's recorded checkpoint is copied into its own directory
 (where the library's resume looks: it is the newest there), its values are explored from that
 member's, and the launch starts again: the library resumes from that checkpoint with the new
-values. Members never wait for one another: each compares with the others' newest records.
+values; else it records why it kept on. Members never wait for one another: each compares with
+the others' newest records.
 
 A crash restarts the member from its own newest checkpoint with its values, or from a top
 member's when it has none yet; a signal to the member (preemption, cancel) goes on to its ranks,
@@ -46,6 +48,7 @@ SETTLE = 1.0  # seconds a checkpoint file stays unchanged before it is taken as 
 class Member:
     """A population's member (search/methods.py: method pbt): no Optuna study; its record is
     its lineage."""
+    why = ""  # why its newest judgment did not copy (copy_a_top_member)
 
     def __init__(self, run_dir: str, index: int):
         self.run_dir = Path(run_dir)
@@ -76,26 +79,23 @@ class Member:
         self.history.append(rec)
         return rec
 
-    def newest_scores(self, upto: int | None = None) -> dict[int, tuple[float, Record]]:
-        """Every member's newest record with a score and a checkpoint (read from its lineage);
-        with `upto`, its newest at an interval no later than that one. A member compares at its
-        own interval: a metric that grows with training (a return summed so far, a success rate
-        rising) would otherwise rank a member that lost time restarting below ones merely
-        further along, and copying would repeat before its new values could show."""
+    def records(self) -> dict[int, list[Record]]:
+        """Every member's history as its lineage file tells it, this member's as it holds it.
+        Another member's file that cannot be read leaves that member out (strict=False)."""
+        out = lineage.read_all(self.run_dir, self.search.parallel, strict=False)
+        out[self.index] = self.history
+        return out
+
+    def newest_scores(self, upto: int | None = None,
+                      records: dict[int, list[Record]] | None = None
+                      ) -> dict[int, tuple[float, Record]]:
+        """Every member's newest record with a score and a checkpoint (explore.newest); with
+        `upto`, its newest at an interval no later than that one."""
         out = {}
-        # Another member's file that cannot be read leaves that member out (strict=False).
-        for m, recs in lineage.read_all(self.run_dir, self.search.parallel, strict=False).items():
-            if m == self.index:
-                recs = self.history
-            for rec in reversed(recs):
-                if upto is not None and rec.interval > upto:
-                    continue
-                # An exploit record counts too: the member holds that checkpoint and score now
-                # (a copy of it lies in its own workspace).
-                if rec.score is not None and rec.checkpoint and rec.event in ("ready", "end",
-                                                                               "exploit"):
-                    out[m] = (rec.score, rec)
-                    break
+        for m, recs in (self.records() if records is None else records).items():
+            rec = explore.newest(recs, upto)
+            if rec is not None:
+                out[m] = (rec.score, rec)
         return out
 
     # --- checkpoints
@@ -260,42 +260,67 @@ class Member:
 
     def copy_a_top_member(self, params: dict, force: bool = False, upto: int | None = None,
                           stop=None) -> dict | None:
-        """Exploit and explore: the new values when this member copied a top member, else None.
-        Members are ranked by their newest scores at intervals up to `upto` (this member's own);
-        it copies one that has reached `upto`, its newest checkpoint (its freshest state, one
-        its pruning keeps, and never behind this member's interval).
+        """Exploit and explore: the new values when this member copied a top member, else None
+        (and `self.why` says why not). At its record of interval `upto` (by default its newest)
+        it is judged against every other member's newest record, each compared at the newest
+        interval both reached (explore.margins); in the bottom fraction, it copies one of the
+        top fraction, that member's newest checkpoint (its freshest state, one its pruning
+        keeps), taking one at or past its own interval when a top member is there. A copy of a
+        member behind it takes it back in steps, as asynchronous PBT does: a member ahead of
+        the others but worse is not left training a poor value to the end. Two members cannot
+        copy each other's older record forever: a member that has just copied is compared only
+        once it trained its values, and a copy holds its parent's score at the copied interval.
         `stop()` ends this member's running ranks once the copy is staged.
         force: a member with no checkpoint of its own after a crash copies the best one."""
-        scores = self.newest_scores(upto=upto)
-        newest = self.newest_scores()
-        latest = {m: s for m, (s, _) in scores.items()}
-        # Only a member that reached this member's interval: a copy never takes it back (two
-        # members copying each other's older peak would otherwise never get past it).
-        eligible = {m for m, (_, rec) in newest.items() if upto is None or rec.interval >= upto}
+        records = self.records()
+        newest = {m: rec for m, (_, rec) in self.newest_scores(records=records).items()}
         if force:
+            latest = {m: rec.score for m, rec in newest.items()}
             others = [m for m in explore.ranked(latest, self.search.direction) if m != self.index]
-            parent = others[0] if others else None
+            parent, self.why = (others[0], "") if others else (
+                None, "no other member has a checkpoint to copy")
         else:
-            parent = explore.parent_for(self.index, latest, self.search.parallel,
-                                        self.pbt.fraction, self.search.direction, self.rng,
-                                        eligible)
+            if upto is None:
+                upto = newest[self.index].interval if self.index in newest else 0
+            ahead = {m for m, rec in newest.items() if rec.interval >= upto}
+            parent, self.why = explore.decide(
+                self.index, explore.margins(self.index, records, upto, self.search.direction),
+                self.search.parallel, self.pbt.fraction, "maximize", self.rng, prefer=ahead)
         if parent is None:
             return None
-        rec = newest.get(parent, scores[parent])[1]
+        rec = newest[parent]
         if not self.stage(parent, rec):
+            self.why = f"member {parent}'s checkpoint could not be copied"
             return None
         if stop is not None:
             stop()  # its ranks save and end, as on a preemption
-        new = explore.explore(self.search, rec.params, self.rng)
+        new, fresh = explore.explored(self.search, explore.trained_values(records, rec),
+                                      self.rng)
         if not self.take(rec):
+            self.why = f"member {parent}'s copied checkpoint could not be placed"
             return None
         self.record("exploit", new, interval=rec.interval, step=rec.step, score=rec.score,
                     parent=parent, parent_interval=rec.interval, checkpoint=rec.checkpoint,
+                    resampled=fresh,
                     note="after a crash with no checkpoint of its own" if force else "")
         self.copied = rec.interval
         log(f"member {self.index} copies member {parent} (interval {rec.interval}, "
             f"{self.search.metric} {rec.score}) and continues with {new}")
         return new
+
+    def kept(self, params: dict, interval: int) -> None:
+        """Record why this member did not copy at `interval` (`status` shows the newest), once
+        for each reason there: a member judged again as others reach its interval may keep for
+        the same reason each time."""
+        why = self.why[:lineage.MAX_WHY]
+        if not why:
+            return
+        for rec in reversed(self.history):
+            if rec.event != "kept" or rec.interval != interval:
+                break
+            if rec.why == why:
+                return
+        self.record("kept", params, interval=interval, why=why)
 
     def clear_progress(self) -> None:
         """The previous launch's progress records, so that the next one's steps are its own."""
@@ -344,10 +369,11 @@ class Member:
         return "crashed", params
 
     def follow_member(self, params: dict, copied: int | None = None) -> dict | None:
-        """Record each interval while the launch runs; the new values when the member copied
-        another (its ranks were signalled to save and end), else None. A member that decided
-        before others reached its interval decides again as each of them reaches it, until it
-        records the next one: a member ahead of the others is compared too, without waiting.
+        """Record each interval while the launch runs, judged there against the others' newest
+        records (copy_a_top_member); the new values when the member copied another (its ranks
+        were signalled to save and end), else None. A member that decided before others reached
+        its interval decides again as each of them reaches it, until it records the next one.
+        Each judgment that does not copy records why (a "kept" record).
         copied: the interval of the copied checkpoint this launch continues from, if any."""
         boundary, pending, reached = None, None, set()
         running = True
@@ -369,6 +395,7 @@ class Member:
                         new = self.copy_a_top_member_while_running(params, pending)
                         if new is not None:
                             return new
+                        self.kept(params, pending)
                 continue
             rel = self.settled_checkpoint()
             interval = step // self.pbt.interval
@@ -383,6 +410,7 @@ class Member:
             new = self.copy_a_top_member_while_running(params, interval)
             if new is not None:
                 return new
+            self.kept(params, interval)
         return None
 
     def reached(self, interval: int) -> set[int]:

@@ -33,6 +33,9 @@ class Point(msgspec.Struct, kw_only=True):
     params: dict[str, Any]
     parent: int | None = None  # a copy: the member it copied
     member: int | None = None  # in a schedule: whose record this is
+    interval: int | None = None
+    why: str = ""  # kept: why the member did not copy there
+    resampled: list[str] = []  # a copy: the keys drawn afresh rather than perturbed
 
 
 class MemberRow(msgspec.Struct, kw_only=True):
@@ -44,6 +47,7 @@ class MemberRow(msgspec.Struct, kw_only=True):
     copies: int = 0  # times it copied another member
     restarts: int = 0
     checkpoint: str | None = None  # its newest recorded checkpoint in the workspace
+    decision: str = ""  # its newest judgment: the copy it made, or why it made none
     history: list[Point] = []
 
 
@@ -79,8 +83,23 @@ def _row(run_dir: Path, m: int, recs: list[Record]) -> MemberRow:
         copies=sum(r.event == "exploit" for r in recs),
         restarts=sum(r.event == "restart" for r in recs),
         checkpoint=str(lineage.saved_path(run_dir, m, ckpt.interval, ckpt.checkpoint)) if ckpt else None,
+        decision=decision(recs),
         history=[Point(step=r.step, score=r.score, event=r.event, params=_params(r.params),
-                       parent=r.parent) for r in recs if r.event in ("ready", "end", "exploit")])
+                       parent=r.parent, interval=r.interval, why=clean(r.why, lineage.MAX_WHY) or "",
+                       resampled=[clean(k) or "" for k in r.resampled])
+                 for r in recs if r.event in ("ready", "kept", "end", "exploit")])
+
+
+def decision(recs: list[Record]) -> str:
+    """A member's newest judgment, in words: the copy it made, or why it made none."""
+    for r in reversed(recs):
+        if r.event == "exploit":
+            fresh = f"; {', '.join(clean(k) or '' for k in r.resampled)} drawn afresh" \
+                if r.resampled else ""
+            return f"copied member {r.parent} at interval {r.interval}{fresh}"
+        if r.event == "kept":
+            return f"interval {r.interval}: no copy, {clean(r.why, lineage.MAX_WHY)}"
+    return ""
 
 
 def schedule(all_recs: dict[int, list[Record]], member: int) -> list[Point]:
@@ -191,11 +210,14 @@ def format_population(pop: Population, workers: str | None = None) -> str:
              f"{pop.copies} cop{'y' if pop.copies == 1 else 'ies'}"]
     if workers:
         lines.append(f"members' allocations: {workers}")
-    lines.append(f"{'member':>6}  {'state':<11} {'step':>7}  {pop.metric[:12]:>12}  copies  values")
+    wide = min(max([len("newest decision")] + [len(r.decision) for r in pop.members]), 80)
+    lines.append(f"{'member':>6}  {'state':<11} {'step':>7}  {pop.metric[:12]:>12}  copies  "
+                 f"{'newest decision':<{wide}}  values")
     for r in pop.members:
         mark = "*" if pop.best is not None and r.member == pop.best.member else " "
         lines.append(f"{r.member:>5}{mark}  {r.state:<11} {shown_number(r.step):>7}  "
-                     f"{shown_number(r.score):>12}  {r.copies:>6}  {_values(r.params)}")
+                     f"{shown_number(r.score):>12}  {r.copies:>6}  "
+                     f"{(r.decision or '-')[:wide]:<{wide}}  {_values(r.params)}")
     if pop.best is None:
         lines.append("best: none yet (no member has recorded a checkpoint)")
         return "\n".join(lines)
