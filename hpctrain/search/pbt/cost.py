@@ -50,7 +50,7 @@ def seconds(recs: list[Record], now: float) -> float:
         elif begin is not None:
             last = r.time
     if begin is not None:
-        ended = recs[-1].event in ("end", "failed")
+        ended = recs[-1].event in lineage.ENDED
         total += max(0.0, (last if ended else now) - begin)
     return total
 

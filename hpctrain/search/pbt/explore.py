@@ -9,9 +9,10 @@ import math
 import random
 
 from ...job.pbt import bottom_count
-from .lineage import Record
+from ..rules import ranked as ranked_by
+from .lineage import HOLDING, Record
 
-SCORED = ("ready", "end", "exploit")  # the records that hold a score (an exploit: the copy's)
+SCORED = HOLDING  # the records that hold a score (an exploit: the copy's)
 MAX_HOPS = 10_000  # copies followed back from one member (a lineage is finite; bounded all the same)
 
 
@@ -73,8 +74,7 @@ def explored(search, params: dict, rng: random.Random) -> tuple[dict, list[str]]
 
 def ranked(latest: dict[int, float], direction: str) -> list[int]:
     """Members, best first, by their newest score (ties: the lower index first)."""
-    sign = -1 if direction == "maximize" else 1
-    return sorted(latest, key=lambda m: (sign * latest[m], m))
+    return ranked_by(latest, direction)
 
 
 def parent_for(me: int, latest: dict[int, float], parallel: int, fraction: float,

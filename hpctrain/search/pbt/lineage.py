@@ -35,6 +35,11 @@ MAX_MEMBERS = 4096
 MAX_POPULATION = 64 << 20  # bytes of every member's history together (~64 members' 1 MB)
 _REL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._=+-]{0,200}(/[A-Za-z0-9_][A-Za-z0-9._=+-]{0,200}){0,15}")
 Event = Literal["start", "ready", "kept", "exploit", "restart", "end", "failed"]
+# The records of a member's own training that carry its score and checkpoint; with an exploit,
+# those after which it holds a score and checkpoint (an exploit's: the copy's); and its last.
+TRAINED = ("ready", "end")
+HOLDING = ("ready", "end", "exploit")
+ENDED = ("end", "failed")
 MAX_WHY = 300  # characters of a record's reason
 
 

@@ -225,7 +225,7 @@ class Member:
         self.alloc.install()
         self.stop_leftover_ranks()
         params = self.current()
-        if self.history and self.history[-1].event in ("end", "failed"):
+        if self.history and self.history[-1].event in lineage.ENDED:
             log(f"member {self.index} has ended ({self.history[-1].event})")
             return 0
         if params is None:

@@ -12,18 +12,10 @@ import msgspec
 from ...errors import HpctrainError
 from ...rank.printable import clean
 from ...runs.records import Run
+from ..rules import ranked
 from ..trials import read_study_job
 from . import lineage
 from .lineage import Record
-
-
-def is_population(run: Run) -> bool:
-    """A study run whose search is PBT (study/job.json says so)."""
-    try:
-        search = read_study_job(run.path).spec.get("search") or {}
-    except (OSError, ValueError, msgspec.DecodeError):
-        return False
-    return isinstance(search, dict) and search.get("method") == "pbt"
 
 
 class Point(msgspec.Struct, kw_only=True):
@@ -75,8 +67,8 @@ def _row(run_dir: Path, m: int, recs: list[Record]) -> MemberRow:
         return MemberRow(member=m, state="not started")
     last = recs[-1]
     state = {"end": "ended", "failed": "failed"}.get(last.event, "training")
-    scored = [r for r in recs if r.score is not None and r.event in ("ready", "end")]
-    ckpt = next((r for r in reversed(recs) if r.checkpoint and r.event in ("ready", "end")), None)
+    scored = [r for r in recs if r.score is not None and r.event in lineage.TRAINED]
+    ckpt = next((r for r in reversed(recs) if r.checkpoint and r.event in lineage.TRAINED), None)
     return MemberRow(
         member=m, state=state, step=scored[-1].step if scored else None,
         score=scored[-1].score if scored else None, params=_params(last.params),
@@ -119,7 +111,7 @@ def schedule(all_recs: dict[int, list[Record]], member: int) -> list[Point]:
             if r.event == "exploit":
                 parent_recs = all_recs.get(r.parent, []) if r.parent is not None else []
                 at = [p for p in parent_recs if p.interval == r.parent_interval
-                      and p.event in ("ready", "end", "exploit")]
+                      and p.event in lineage.HOLDING]
                 nxt, until = (r.parent, at[-1].time) if at else (None, None)
                 break
         m = nxt
@@ -159,8 +151,8 @@ def population(run: Run) -> Population:
     scored = [r for r in rows if r.score is not None and r.checkpoint]
     best = None
     if scored:
-        sign = -1 if direction == "maximize" else 1
-        best = min(scored, key=lambda r: (sign * r.score, r.member))
+        by_member = {r.member: r for r in scored}
+        best = by_member[ranked({m: r.score for m, r in by_member.items()}, direction)[0]]
     return Population(
         run_id=job.run_id, name=clean(str(job.spec.get("name", "")))[:200], path=str(run.path),
         metric=clean(str(s.get("metric", "reward")))[:200], direction=direction,
