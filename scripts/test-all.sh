@@ -2,10 +2,11 @@
 # Installs everything — system packages (Slurm, shellcheck), the local Slurm cluster, the venv
 # with every extra, DI-engine's venv, the real Isaac Lab 3.0's venv — and runs the whole test suite, tier by tier
 # (docs/testing.md):
-#   1. tests/unit, first (under a minute): a broken render fails the run before the sessions;
+#   1. tests/unit, first (under a minute alone): a broken render stops the run in its first
+#      minutes, with the sessions it overlaps;
 #   2. beside it, the few cluster tests marked `alone` (they restart or repair the cluster, or
 #      count slurmctld's requests), alone on the cluster (the unit tier touches none);
-#   3. three sessions side by side: tests/slurm on node1..node4; a few files of tests/slurm on a
+#   3. once they are done (the unit tier may still run), three sessions side by side: tests/slurm on node1..node4; a few files of tests/slurm on a
 #      second cluster, Slurm 24.11's (node101..node102, beside the 22.05 one:
 #      tests/cluster/README.md), then tests/local (no cluster); tests/ssh (the sshds of
 #      node5..node7), then tests/e2e on those nodes (partition side), then a few files of
@@ -162,8 +163,13 @@ session_pids=
 up_pid=
 up24_pid=
 cleanup() {
-    # shellcheck disable=SC2086  # a list of pids
-    if [[ -n ${session_pids} ]]; then kill ${session_pids} 2>/dev/null || true; fi
+    # A session's subshell held (so that it starts nothing more), its pytest ended, then it.
+    local pid
+    for pid in ${session_pids}; do
+        kill -STOP "${pid}" 2>/dev/null || continue
+        pkill -TERM -P "${pid}" 2>/dev/null || true
+        kill -KILL "${pid}" 2>/dev/null || true
+    done
     if [[ -n ${up_pid} ]]; then wait "${up_pid}" 2>/dev/null || true; fi
     if [[ -n ${up24_pid} ]]; then wait "${up24_pid}" 2>/dev/null || true; fi
     # The clusters are ours (tests/cluster/down.sh ends only what up.sh started).
@@ -210,11 +216,6 @@ export HPCTRAIN_TEST_CLUSTER_SHARED=1
 t=$SECONDS
 pytest_session alone -m alone tests/slurm && rc_alone=0 || rc_alone=$?
 echo "tests marked alone: $((SECONDS - t)) s"
-wait "${unit_pid}" && rc_unit=0 || rc_unit=$?
-session_pids=
-cat "${logs}/unit.out"
-((rc_unit == 0)) || { echo "test-all: the unit tier failed (the sessions not run)" >&2; exit 1; }
-echo "tests/unit: $((SECONDS - t_unit)) s"
 
 # (DI-engine's and Isaac Lab's venvs go on beside the sessions, which ask for them where they
 # need them)
@@ -275,11 +276,24 @@ b_pid=$!
     exit $((rc || rc_ssh || rc_side))
 ) >"${logs}/c.out" 2>&1 &
 c_pid=$!
-session_pids="${b_pid} ${c_pid}"
-pytest_session slurm -m "not alone" "${side_files[@]/#/--ignore=}" "${side2_files[@]/#/--ignore=}" \
-    tests/slurm &&
-    rc_slurm=0 || rc_slurm=$?
-echo "tests/slurm: $((SECONDS - t)) s"
+(
+    pytest_session slurm -m "not alone" "${side_files[@]/#/--ignore=}" "${side2_files[@]/#/--ignore=}" \
+        tests/slurm && rc=0 || rc=$?
+    echo "tests/slurm: $((SECONDS - t)) s"
+    exit "${rc}"
+) >"${logs}/a.out" 2>&1 &
+a_pid=$!
+session_pids="${unit_pid} ${a_pid} ${b_pid} ${c_pid}"
+# The sessions start while the unit tier ends (the CPUs are busy either way: ~25 s off the
+# critical path); a failed unit tier stops them at once (cleanup, on exit).
+wait "${unit_pid}" && rc_unit=0 || rc_unit=$?
+cat "${logs}/unit.out"
+((rc_unit == 0)) || { echo "test-all: the unit tier failed (the sessions were stopped)" >&2; exit 1; }
+echo "tests/unit: $((SECONDS - t_unit)) s"
+session_pids="${a_pid} ${b_pid} ${c_pid}"
+wait "${a_pid}" && rc_slurm=0 || rc_slurm=$?
+echo "----- tests/slurm (the first session)"
+cat "${logs}/a.out"
 wait "${b_pid}" && rc_b=0 || rc_b=$?
 echo "----- Slurm 24.11's files, then tests/local (the second session)"
 cat "${logs}/b.out"

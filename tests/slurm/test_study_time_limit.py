@@ -1,7 +1,8 @@
 """A study outlives its workers' time limit (issue 51 item 4), on the real local Slurm cluster:
 one worker, a 1-minute limit whose warning comes 40 s ahead (20 s of each allocation usable),
-three trials of ~10 s. Each allocation fits one trial, not two: the worker requeues its
-allocation for the study's time, and the study completes all three trials by itself, with
+two trials of ~10 s. An allocation fits one trial, not two: the worker requeues its allocation
+for the study's time (or the warning comes mid-trial, on a loaded machine, and the requeued
+worker resumes that trial), and the study completes both trials by itself, with
 `preemption.max_requeues: 0` (those requeues are not counted against it) and `submit --wait`
 following it to the end."""
 from __future__ import annotations
@@ -22,7 +23,7 @@ JOB = {
     "args": ["--lr=0.001", "--steps=16", "--step-time=0.4"],
     "preemption": {"lead_time": 40, "grace": 15, "max_requeues": 0},
     "search": {"params": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}},
-               "n_trials": 3, "parallel": 1, "sampler": "random", "seed": 3, "pruner": "none"},
+               "n_trials": 2, "parallel": 1, "sampler": "random", "seed": 3, "pruner": "none"},
 }
 
 
@@ -37,7 +38,7 @@ def test_a_study_longer_than_its_workers_time_limit_finishes_by_itself(cli, clus
     study = optuna.load_study(study_name=run_dir.name, storage=journal.storage(run_dir))
     trials = study.get_trials()
     S = optuna.trial.TrialState
-    assert [t.state for t in trials] == [S.COMPLETE] * 3, ([(t.number, t.state, t.user_attrs)
+    assert [t.state for t in trials] == [S.COMPLETE] * 2, ([(t.number, t.state, t.user_attrs)
                                                            for t in trials], log[-4000:])
     assert info["JobState"] == "COMPLETED" and int(info["Restarts"]) >= 1, (info, log[-4000:])
     requeues = re.findall(r"requeueing job \S+ for the study's time \(for the time limit: (\d+), "
@@ -48,4 +49,4 @@ def test_a_study_longer_than_its_workers_time_limit_finishes_by_itself(cli, clus
     for t in trials:
         assert t.user_attrs["job_id"] == f"{job_id}_0", t.user_attrs
     status = cli("status", str(run_dir)).stdout
-    assert re.search(r"^trials    3 of 3: 3 complete; 0 left$", status, re.M), status
+    assert re.search(r"^trials    2 of 2: 2 complete; 0 left$", status, re.M), status
