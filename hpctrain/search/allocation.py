@@ -27,7 +27,8 @@ from pathlib import Path
 from ..rank.records import RecordError, open_append, read_json, write_json
 from ..runs import tree
 from ..schema.spec import Preemption
-from .rules import trial_dir, trial_rel
+from ..runs.records import trial_dir
+from .rules import trial_rel
 from .trials import StudyJob, study_preemption
 
 POLL = 0.5  # seconds between two looks at a running launch's progress

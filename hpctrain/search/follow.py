@@ -20,10 +20,10 @@ import msgspec
 
 from ..errors import HpctrainError
 from ..rank.printable import clean
-from ..runs.records import Run
+from ..runs.records import Run, trial_dir
 from ..runs.untrusted import JOB_ID, job_doc
 from .reading import JOURNAL, MAX_JOURNAL, load, size
-from .rules import better, counts, trial_dir
+from .rules import better, counts
 
 MAX_PARAMS = 64  # parameters shown per trial
 MAX_TRIALS = 1_000_000

@@ -5,6 +5,7 @@ and never which method it is; a third method (ASHA across workers, CMA-ES) is on
 here, with its worker module."""
 from __future__ import annotations
 
+import abc
 from pathlib import Path
 from typing import ClassVar
 
@@ -15,7 +16,8 @@ from ..runs.records import Run
 from .trials import read_study_job
 
 
-class Method:
+class Method(abc.ABC):
+    """What a search method answers; a class that misses one cannot be made (abc)."""
     name: ClassVar[str]
     kind: ClassVar[str]  # what one is called in `list` and the key of its --json: study, population
     worker: ClassVar[str]  # the module each worker runs: python -m WORKER RUN_DIR INDEX
@@ -26,35 +28,38 @@ class Method:
     def resume(self, run_dir: Path, n_trials: int | None) -> None:
         """At `submit --resume`: the state made ready for the new workers."""
 
+    @abc.abstractmethod
     def status(self, run: Run):
         """What `status` shows (a msgspec struct, also its --json)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def format_status(self, found, workers: str | None = None) -> str:
-        raise NotImplementedError
+        """`status`'s page of what status() found; workers: the scheduler's word for them."""
 
+    @abc.abstractmethod
     def rows(self, run: Run) -> list:
         """Each trial's (or member's) row of status."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def listed(self, run: Run, budget: list[int]) -> tuple[str, object | None]:
         """`list`'s one phrase and the status it was made from (None: not read). budget: the
         bytes of study state the whole table may still read, charged here."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def report(self, run: Run):
-        raise NotImplementedError
+        """What `report` shows: GPU-hours per trial or member (also its --json)."""
 
+    @abc.abstractmethod
     def format_report(self, result) -> str:
-        raise NotImplementedError
+        """`report`'s text of what report() found."""
 
+    @abc.abstractmethod
     def plot(self, run: Run, out: str | None = None) -> str:
         """The figure `plot` draws; its PNG's path."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def best(self, run: Run):
         """What the search found so far; HpctrainError while there is nothing."""
-        raise NotImplementedError
 
 
 class Optuna(Method):

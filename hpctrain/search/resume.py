@@ -9,7 +9,8 @@ from __future__ import annotations
 from ..errors import HpctrainError
 from . import journal, reading
 from .spaces import optuna
-from .rules import WORKER_GONE, trial_dir
+from ..runs.records import trial_dir
+from .rules import WORKER_GONE
 from .trials import study_search
 from .worker import ADOPT
 

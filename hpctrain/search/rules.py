@@ -4,7 +4,7 @@ trial (or a population's member) runs is runs/records.trial_dir (`logs` reads it
 and `status` that disagreed on one of them would show a study other than the one it ran."""
 from __future__ import annotations
 
-from ..runs.records import trial_dir  # noqa: F401 (the search side's name for it)
+from ..runs.records import trial_dir
 
 # A trial's fail_cause when no fault of its own ended it: it is run again, and does not count.
 WORKER_GONE = "worker gone"  # its worker went away (kill -9, a lost node; search/resume.py)

@@ -23,10 +23,9 @@ from ..job.search import trial_spec
 from ..rendering.templates import render_plan
 from ..runs import tree
 from ..rank.records import read_progress
-from ..runs.records import write_atomic
+from ..runs.records import trial_dir, write_atomic
 from ..errors import HpctrainError
 from ..runs.untrusted import nested_within, read_regular
-from .rules import trial_dir
 from ..schema.spec import Preemption, Search, SiteProfile
 
 STUDY_JOB = "study/job.json"

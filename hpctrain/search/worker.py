@@ -27,7 +27,8 @@ from ..job.search import max_failures
 from ..rank.records import read_job_failure
 from . import journal, reading
 from .allocation import Allocation, log
-from .rules import SURPLUS, counts, trial_dir, trial_rel
+from ..runs.records import trial_dir
+from .rules import SURPLUS, counts, trial_rel
 from .spaces import distributions, optuna
 from .trials import reported, study_search, write_trial
 
@@ -72,7 +73,6 @@ class Worker:
         self.study = journal.load(run_dir, self.study_job.run_id, self.search, index)
         self.dists = distributions(self.search)
         self.alloc = Allocation.of_study(self.run_dir, self.study_job, index)
-        self.job = self.alloc.ref
 
     @property
     def signalled(self) -> int | None:
@@ -128,7 +128,7 @@ class Worker:
         o = optuna()
         mine = [t for t in self.study.get_trials(deepcopy=False, states=(o.trial.TrialState.RUNNING,))
                 if t.user_attrs.get("worker") == self.index
-                and (t.user_attrs.get("job_id") == self.job or t.user_attrs.get(ADOPT))]
+                and (t.user_attrs.get("job_id") == self.alloc.ref or t.user_attrs.get(ADOPT))]
         return mine[0] if mine else None
 
     def run_trial(self, trial, number: int, params: dict, attempt: int) -> int | None:
@@ -137,7 +137,7 @@ class Worker:
         if attempt == 1:
             trial.set_user_attr("started", time.time())
         for key, value in (("worker", self.index), ("nodes", self.alloc.nodes),
-                           ("job_id", self.job), ("attempts", attempt),
+                           ("job_id", self.alloc.ref), ("attempts", attempt),
                            ("trial_dir", trial_rel(number))):
             trial.set_user_attr(key, value)
         try:

@@ -9,8 +9,7 @@ import time
 
 import msgspec
 
-from ...runs.records import Run
-from ..rules import trial_dir
+from ...runs.records import Run, trial_dir
 from . import lineage
 from .lineage import Record
 from .show import Population, bad, shown_number, population

@@ -9,10 +9,9 @@ import math
 import random
 
 from ...job.pbt import bottom_count
-from ..rules import ranked as ranked_by
+from ..rules import ranked
 from .lineage import HOLDING, Record
 
-SCORED = HOLDING  # the records that hold a score (an exploit: the copy's)
 MAX_HOPS = 10_000  # copies followed back from one member (a lineage is finite; bounded all the same)
 
 
@@ -72,11 +71,6 @@ def explored(search, params: dict, rng: random.Random) -> tuple[dict, list[str]]
     return out, fresh
 
 
-def ranked(latest: dict[int, float], direction: str) -> list[int]:
-    """Members, best first, by their newest score (ties: the lower index first)."""
-    return ranked_by(latest, direction)
-
-
 def parent_for(me: int, latest: dict[int, float], parallel: int, fraction: float,
                direction: str, rng: random.Random, eligible=None) -> int | None:
     """The member `me` copies (decide's first half); None when it goes on as it is."""
@@ -114,7 +108,7 @@ def newest(recs: list[Record], upto: int | None = None) -> Record | None:
     for rec in reversed(recs):
         if upto is not None and rec.interval > upto:
             continue
-        if rec.score is not None and rec.checkpoint and rec.event in SCORED:
+        if rec.score is not None and rec.checkpoint and rec.event in HOLDING:
             return rec
     return None
 
@@ -129,7 +123,7 @@ def trained_values(records: dict[int, list[Record]], rec: Record) -> dict:
             break
         back = [r for r in records.get(rec.parent, []) if r.time <= rec.time
                 and r.interval == rec.parent_interval and r.score is not None
-                and r.event in SCORED]
+                and r.event in HOLDING]
         if not back:
             break
         rec = back[-1]
@@ -145,7 +139,7 @@ def held_score(records: dict[int, list[Record]], member: int, interval: int) -> 
     for _ in range(MAX_HOPS):
         for rec in reversed(records.get(m, [])):
             if (until is not None and rec.time > until) or rec.score is None \
-                    or rec.event not in SCORED:
+                    or rec.event not in HOLDING:
                 continue
             if rec.event == "exploit" and rec.interval > interval:
                 if rec.parent is None:

@@ -35,8 +35,9 @@ from ...job.search import max_failures
 from ...rank.end.checkpoints import being_written
 from ...rank.records import read_job_failure
 from ...runs import tree
+from ...runs.records import trial_dir
 from ..allocation import POLL, Allocation, log
-from ..rules import trial_dir
+from ..rules import ranked
 from ..trials import reported, study_search, write_trial
 from ..worker import main as worker_main
 from . import explore, lineage
@@ -276,7 +277,7 @@ class Member:
         newest = {m: rec for m, (_, rec) in self.newest_scores(records=records).items()}
         if force:
             latest = {m: rec.score for m, rec in newest.items()}
-            others = [m for m in explore.ranked(latest, self.search.direction) if m != self.index]
+            others = [m for m in ranked(latest, self.search.direction) if m != self.index]
             parent, self.why = (others[0], "") if others else (
                 None, "no other member has a checkpoint to copy")
         else:
