@@ -177,15 +177,11 @@ class Backend(abc.ABC):
     def job_gpus(cls, job) -> "JobGpus":
         """The GPU models a job would run on, for its video: (job/video.py): by default the
         site profile's, for the partition the job names (its gpu_type when the request pins
-        one, else gpu_models), and a partition of the site whose GPUs all render."""
+        one, else gpu_models: SiteProfile.gpu_models_on), and a partition of the site whose
+        GPUs all render."""
         from ..rank.before.gpu_models import verdicts
         site, part = job.site, job.spec.resources.partition
         place = f"partition '{part}'" if part else "the default partition (the job names none)"
-        if site.gpu_type:  # every job of the site asks for this model
-            return JobGpus(place, [site.gpu_type], f"the site's gpu_type asks for {site.gpu_type}",
-                           f"the site's gpu_type ({site.gpu_type}) asks every job for that model: "
-                           "use a site profile of a partition with GPUs that render (hpctrain "
-                           "site detect NAME --partition P)")
         able = [p for p, models in site.gpu_models.items() if p != part and verdicts(models)[0]]
         fix = (f"send it to partition '{able[0]}', whose GPUs render ({', '.join(site.gpu_models[able[0]])}): "
                f"--set resources.partition={able[0]}" if able else
@@ -193,8 +189,10 @@ class Backend(abc.ABC):
                "gpu_models, which hpctrain site detect writes from sinfo): name them there "
                "(e.g. gpu_models: {viz: [l40s]}), or run it on a site with L40S, L4, A10, A40 "
                "or RTX GPUs")
-        models = site.gpu_models.get(part, []) if part else []
-        said = (f"the site's gpu_models say {part}: {', '.join(models)}" if models else
+        models = site.gpu_models_on(part)
+        said = (f"the site's gpu_models say {part}: {', '.join(site.gpu_models[part])}"
+                if part in site.gpu_models else
+                f"the site's gpu_type asks for {site.gpu_type}" if site.gpu_type else
                 f"the site's gpu_models name no GPU model for {place}" if part else
                 "the job names no partition")
         return JobGpus(place, models, said, fix)

@@ -144,7 +144,8 @@ def gpu_request(job: Job) -> tuple[str, str] | None:
     site, n = job.site, job.spec.resources.gpus_per_node
     if not n:
         return None
-    count = f"{site.gpu_type}:{n}" if site.gpu_type else str(n)
+    kind = site.gpu_type_on(job.spec.resources.partition)
+    count = f"{kind}:{n}" if kind else str(n)
     return ("gpus-per-node", count) if site.gpu_request == "gpus-per-node" else ("gres", f"gpu:{count}")
 
 

@@ -689,6 +689,21 @@ class SiteProfile(_Strict):
             "submit and follow through slurmrestd instead of Slurm's tools: {url, "
             "token_from}; runs live on a file system both sides see"))] = None
 
+    def gpu_type_on(self, partition: str | None) -> str | None:
+        """The GPU type a job on `partition` asks for: gpu_type, unless gpu_models says that
+        partition has other GPUs (site detect writes the type of the partition it describes,
+        and gpu_models for every partition); then that partition's one GRES type, or none."""
+        models = self.gpu_models.get(partition or "", [])
+        if not models or self.gpu_type in models:
+            return self.gpu_type
+        return models[0] if len(models) == 1 and re.fullmatch(r"[A-Za-z0-9_.-]+", models[0]) else None
+
+    def gpu_models_on(self, partition: str | None) -> list[str]:
+        """The GPU models a job on `partition` gets, as far as the profile says: the type it asks
+        for, else the partition's gpu_models ([]: the profile does not say)."""
+        asked = self.gpu_type_on(partition)
+        return [asked] if asked else list(self.gpu_models.get(partition or "", []))
+
 
 # ---------------------------------------------------------------------------- merging
 
