@@ -16,8 +16,17 @@ from ..rank.before.gpu_models import verdicts
 
 
 def check(job) -> None:
-    """Raise HpctrainError when the job asks for video: and its GPUs cannot render (or
-    cannot be told to)."""
+    """Raise HpctrainError when the job, or a task of its sweep, asks for video: and its GPUs
+    cannot render (or cannot be told to). A sweep's tasks are asked once per partition."""
+    asked = set()
+    for one in [job, *(task.job for task in job.tasks)]:
+        key = (one.spec.resources.partition, one.spec.video is not None)
+        if key not in asked:
+            asked.add(key)
+            _check(one)
+
+
+def _check(job) -> None:
     spec = job.spec
     if spec.video is None:
         return

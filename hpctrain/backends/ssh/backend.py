@@ -152,11 +152,13 @@ class SshBackend(Backend):
         names, said = [], []
         for host in hosts:
             result = answers[host]
-            found = smi_names(result.stdout) if result.returncode == 0 else []
+            found = smi_names(result.stdout) if result.status == 0 else []
             if not found:  # one host that cannot say leaves the whole job unknown
-                why = clean(" ".join((result.stdout + result.stderr).split()), 200)
+                why = (openssh.problem(result, site.ssh.connect_timeout)[0]
+                       if result.status == 255 else
+                       clean(" ".join((result.stdout + result.stderr).split()), 200))
                 return JobGpus(f"host {host}", [], f"nvidia-smi on {host} gave no GPU name "
-                               f"(exit {result.returncode}): {why or 'no output'}")
+                               f"(exit {result.status}): {why or 'no output'}")
             names += found
             said.append(f"{host}: {', '.join(dict.fromkeys(found))}")
         return JobGpus("host " + ", ".join(hosts) if len(hosts) == 1 else
