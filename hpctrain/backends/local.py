@@ -78,10 +78,11 @@ class LocalBackend(Backend):
 
     @classmethod
     def job_gpus(cls, job):
-        """Every GPU nvidia-smi lists here (a job may be given any of them)."""
+        """Every GPU nvidia-smi lists here that CUDA_VISIBLE_DEVICES leaves (a job may be
+        given any of them)."""
         from ..rank.before.gpu_models import local_names
         from .base import JobGpus
-        names, said = local_names()
+        names, said = local_names(visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
         return JobGpus("this machine", names, said)
 
     # `hpctrain shell`: a shell here with the job's environment; `hpctrain launch` in it runs

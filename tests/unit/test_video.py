@@ -18,7 +18,8 @@ from hpctrain.job import video
 from hpctrain.job.load import load_job
 from hpctrain.job.plan import gpu_request
 from hpctrain.libraries import adapter
-from hpctrain.rank.before.gpu_models import MAX_GPUS, MAX_NAME, smi_names, verdict, verdicts
+from hpctrain.rank.before.gpu_models import (MAX_GPUS, MAX_NAME, smi_names, verdict, verdicts,
+                                             visible_indexes)
 from hpctrain.rank.during.video import counted
 from tests.conftest import ROOT
 
@@ -58,11 +59,21 @@ def test_the_real_nvidia_smi_names_and_gres_types_are_read_by_the_one_table():
 
 
 def test_hostile_nvidia_smi_output_is_bounded_and_printable():
-    text = "NVIDIA L40S\x1b[2J\n" + "\n".join(["x" * 5000] * 10_000) + "\n"
+    text = "0, NVIDIA L40S\x1b[2J\n" + "\n".join([f"1, {'x' * 5000}"] * 10_000) + "\n"
     names = smi_names(text)
     assert len(names) == MAX_GPUS and all(len(n) <= MAX_NAME and n.isprintable() for n in names)
+    assert names[0] == "NVIDIA L40S?[2J" and verdict(names[0]).renders is True
     assert verdict("\x1b]52;c;ZXZpbA==\x07" + "a" * 10_000).renders is None
-    assert verdict("NVIDIA L40S\n").renders is True and smi_names("\n \n") == []
+    assert smi_names("\n \nNVIDIA L40S\n-1, x\n") == []  # only "index, name" rows
+
+
+def test_only_the_gpus_cuda_visible_devices_leaves_are_asked():
+    rows = "0, NVIDIA H100 80GB HBM3\n1, NVIDIA L40S\n"
+    assert smi_names(rows, visible_indexes("1")) == ["NVIDIA L40S"]
+    assert smi_names(rows, visible_indexes(None)) == ["NVIDIA H100 80GB HBM3", "NVIDIA L40S"]
+    assert smi_names(rows, visible_indexes("GPU-c1f2461c")) == smi_names(rows)  # by UUID: all
+    assert smi_names(rows, visible_indexes("1,-1,0")) == ["NVIDIA L40S"]  # CUDA stops at -1
+    assert smi_names(rows, visible_indexes("-1")) == []
 
 
 def _site(tmp_path, text: str):
@@ -117,6 +128,12 @@ def test_a_site_with_no_rendering_partition_or_unknown_gpus_says_so(tmp_path):
     for sets in (["resources.partition=elsewhere"], []):
         with pytest.raises(HpctrainError, match="cannot tell"):
             video.check(_job(tmp_path, odd, *sets))
+    # A site whose gpu_type pins every request: that model decides, whatever the partition.
+    pinned = _site(tmp_path, "name: s\nscheduler: slurm\ngpu_type: a100\n")
+    with pytest.raises(HpctrainError) as e:
+        video.check(_job(tmp_path, pinned, "resources.partition=any"))
+    assert "a100: A100 cannot render" in e.value.what and "gpu_type asks for a100" in e.value.what
+    video.check(_job(tmp_path, _site(tmp_path, "name: s\nscheduler: slurm\ngpu_type: l40s\n")))
 
 
 def test_the_refusal_is_one_error_line_and_exit_2_through_the_cli(tmp_path, monkeypatch):

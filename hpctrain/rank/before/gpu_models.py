@@ -89,21 +89,44 @@ def verdicts(names) -> tuple[bool | None, list[Verdict]]:
     return (None if any(v.renders is None for v in each) else True), each
 
 
-# What nvidia-smi is asked, here or on an ssh host: one GPU name a line.
-SMI_QUERY = ["--query-gpu=name", "--format=csv,noheader"]
+# What nvidia-smi is asked, here or on an ssh host: "index, name" a line.
+SMI_QUERY = ["--query-gpu=index,name", "--format=csv,noheader"]
 MAX_GPUS = 64  # lines read of its answer; a node has at most 16 GPUs today
+_ROW = re.compile(r"([0-9]{1,3}), (.+)")
 
 
-def smi_names(text: str) -> list[str]:
-    """nvidia-smi's answer to SMI_QUERY (untrusted: a tool's output) -> the GPU names: at most
-    MAX_GPUS lines, each made printable and cut to MAX_NAME; blank lines dropped."""
+def smi_names(text: str, visible: set[int] | None = None) -> list[str]:
+    """nvidia-smi's answer to SMI_QUERY (untrusted: a tool's output) -> the GPU names, of the
+    GPUs in `visible` (indexes) when given: at most MAX_GPUS lines, each name made printable and
+    cut to MAX_NAME; a line of another shape is left out."""
     from ..printable import clean
-    lines = text.splitlines()[:MAX_GPUS]
-    return [name for name in (clean(line, MAX_NAME) for line in lines) if name]
+    out = []
+    for line in text.splitlines()[:MAX_GPUS]:
+        m = _ROW.fullmatch(line.strip())
+        name = clean(m.group(2), MAX_NAME) if m else None
+        if name and (visible is None or int(m.group(1)) in visible):
+            out.append(name)
+    return out
 
 
-def local_names(path: str | None = None, timeout: float = 30) -> tuple[list[str], str]:
-    """This machine's GPU names from nvidia-smi, and how they were learned (or why not)."""
+def visible_indexes(value: str | None) -> set[int] | None:
+    """CUDA_VISIBLE_DEVICES as the GPU indexes a job here is given; None: every GPU (unset, or
+    given by UUID or MIG id, which nvidia-smi's index does not name)."""
+    if value is None:
+        return None
+    ids = [v.strip() for v in value.split(",")]
+    out = set()
+    for v in ids:  # CUDA stops at the first invalid entry ("-1" hides every GPU)
+        if not (v.isascii() and v.isdigit()):
+            return out if v.startswith("-") else None
+        out.add(int(v))
+    return out
+
+
+def local_names(path: str | None = None, timeout: float = 30,
+                visible: str | None = None) -> tuple[list[str], str]:
+    """This machine's GPU names from nvidia-smi (those CUDA_VISIBLE_DEVICES, `visible`, leaves a
+    job), and how they were learned (or why not)."""
     import shutil
     import subprocess
     from .. import tools
@@ -119,8 +142,10 @@ def local_names(path: str | None = None, timeout: float = 30) -> tuple[list[str]
     if out.returncode != 0:
         said = clean(" ".join((text + out.stderr.decode("utf-8", "replace")).split()), 200)
         return [], f"nvidia-smi failed (exit {out.returncode}): {said or 'no output'}"
-    names = smi_names(text)
-    return names, f"nvidia-smi lists {len(names)} GPU(s)" if names else "nvidia-smi lists no GPU"
+    shown = visible_indexes(visible)
+    names = smi_names(text, shown)
+    said = f"nvidia-smi lists {len(names)} GPU(s)" if names else "nvidia-smi lists no GPU"
+    return names, said + (f" of CUDA_VISIBLE_DEVICES={visible}" if shown is not None else "")
 
 
 if __name__ == "__main__":  # scripts/gpu-check.sh: one line per name, then the whole verdict
