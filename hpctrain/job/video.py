@@ -15,21 +15,23 @@ from ..errors import HpctrainError
 from ..rank.before.gpu_models import verdicts
 
 
-def check(job) -> None:
+def check(job) -> str | None:
     """Raise HpctrainError when the job, or a task of its sweep, asks for video: and its GPUs
-    cannot render (or cannot be told to). A sweep's tasks are asked once per partition."""
-    asked = set()
+    cannot render (or cannot be told to); else what the job records and where it renders (None:
+    no video). A sweep's tasks are asked once per partition."""
+    asked, said = set(), []
     for one in [job, *(task.job for task in job.tasks)]:
         key = (one.spec.resources.partition, one.spec.video is not None)
         if key not in asked:
             asked.add(key)
-            _check(one)
+            said.append(_check(one))
+    return next((s for s in said if s), None)
 
 
-def _check(job) -> None:
+def _check(job) -> str | None:
     spec = job.spec
     if spec.video is None:
-        return
+        return None
     where = job.origins(("video",)) if job.origins is not None else job.source
     if not spec.resources.gpus_per_node:
         raise HpctrainError("the job asks for video: but for no GPU: clips are rendered on a "
@@ -38,7 +40,10 @@ def _check(job) -> None:
     gpus = backend_class(job.site.scheduler).job_gpus(job)
     renders, each = verdicts(gpus.names)
     if renders is True:
-        return
+        v = spec.video
+        clips = (f"{v.count} clips of {v.length} steps, every {v.interval}" if v.count > 1
+                 else f"1 clip of {v.length} steps")
+        return f"{clips}; {gpus.place}: " + "; ".join(x.text() for x in each)
     if not each:
         raise HpctrainError(f"the job asks for video:, and hpctrain cannot tell whether the GPUs "
                             f"of {gpus.place} can render: {gpus.source}", where, gpus.fix)

@@ -39,6 +39,8 @@ def test_a_video_job_is_refused_on_an_h100_and_accepted_on_an_l40s(cli, tmp_path
     # The real install's release (3.0) decides the flags: one clip of 50 steps.
     assert program.endswith("--video --video_length=50 --video_interval=0 --num_envs 32 "
                             "--max_iterations 2 --external_callback isaaclab_probe.install"), program
+    assert "video  1 clip of 50 steps; this machine: NVIDIA L40S: L40S renders (RT cores)" \
+        in proc.stdout, proc.stdout
     # No nvidia-smi at all: cannot tell, refused.
     (tmp_path / "empty").mkdir()
     proc = cli("validate", path, "--site", "local", check=False, env={"PATH": str(tmp_path / "empty")})

@@ -104,14 +104,15 @@ def test_site_detect_records_each_partitions_gpus_and_a_video_job_goes_where_the
     assert "send it to partition 'viz'" in e.value.fix and "--set resources.partition=viz" in e.value.fix
     # On viz: accepted; the request asks for that partition's GPUs, not the site's gpu_type.
     job = _job(tmp_path, site, "resources.partition=viz")
-    video.check(job)
+    assert video.check(job) == ("3 clips of 100 steps, every 500; partition 'viz': l40s: L40S "
+                                "renders (RT cores); rtx: RTX renders (RT cores)")
     assert job.site.gpu_type == "h100" and gpu_request(job) == ("gpus-per-node", "1")
     assert gpu_request(_job(tmp_path, site)) == ("gpus-per-node", "h100:1")
     # No GPU asked for: refused too.
     with pytest.raises(HpctrainError, match="for no GPU"):
         video.check(_job(tmp_path, site, "resources.partition=viz", "resources.gpus_per_node=0"))
     # Without video: nothing is asked of the partition.
-    video.check(_job(tmp_path, site, "video=null"))
+    assert video.check(_job(tmp_path, site, "video=null")) is None
 
 
 def test_a_site_with_no_rendering_partition_or_unknown_gpus_says_so(tmp_path):
