@@ -53,10 +53,12 @@ def _study_trials(overrides: list[str]) -> tuple[int | None, list[str]]:
 
 
 def cmd_validate(args) -> int:
+    from .job import video
     from .job.checks import check_secrets
     from .submission import prepare
     job = _load(args, show_warnings=False)  # shown in the summary below, once each
     check_secrets(job)
+    rendering = video.check(job)  # before queueing: a video job only where its GPUs can render
     prep = prepare(job, run_id="RUN_ID")
     from .backends import backend_class
     p, spec = prep.plan, prep.job.spec
@@ -90,6 +92,8 @@ def cmd_validate(args) -> int:
     if spec.search is not None:
         from .job.search import shape
         rows.append(("study", shape(spec).removeprefix("study: ")))
+    if rendering:
+        rows.append(("video", rendering))
     for dep in prep.job.after:
         rows.append(("after", f"{dep['mode']} run {dep['run_id']} (job {dep['job_id']})"))
     for w in p.warnings:
