@@ -168,7 +168,7 @@ def listing(src: Here | Far, scopes: list[str]) -> tuple[list[Listed], list[str]
         m = _LINE.fullmatch(rec)
         name = m and m.group(3).decode("utf-8", errors="replace")
         if not m or not good_name(name):
-            if m and any(part.startswith(".") for part in name.split("/")):
+            if m and any(p.startswith(".") and p not in (".", "..") for p in name.split("/")):
                 continue  # hidden: files being written (hpctrain's *.tmp, rsync's), not artifacts
             skipped.append(excerpt((m.group(3) if m else rec).decode("utf-8", errors="replace")))
             continue
