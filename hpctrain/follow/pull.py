@@ -33,6 +33,7 @@ from ..errors import HpctrainError
 from ..rank import tools
 from ..rank.end.checkpoints import being_written
 from ..rank.records import NotRegular
+from ..runs import tree
 from ..runs.records import Run
 from ..runs.untrusted import MAX_FILES, excerpt
 from . import pulled
@@ -50,6 +51,7 @@ FOLDERS = {"exports": "exports/", "eval": "eval/", "videos": "videos/"}
 CHECKPOINTS = ("newest", "all", "none")
 DEFAULT_MAX = 20 << 30
 IO_TIMEOUT = 300  # seconds without a byte before rsync gives up (a dead link, not a slow one)
+MAX_BOOTSTRAP = 1 << 20
 MAX_LISTING = 48 << 20  # bytes of listing: MAX_FILES names of ~250 bytes, with room to spare
 # Left out of every listing: the code snapshot and hpctrain's own rank-side copy (the code
 # is yours already), and rsync's partial folders.
@@ -60,9 +62,6 @@ _LIST = ('cd -- "$1" 2>/dev/null || { echo "hpctrain: $1: no such run directory"
          'n=$2; shift 2; find -P "$@" -mindepth 1 \\( -path ./code -o -path ./rank '
          f'-o -name {pulled.PARTIAL} \\) -prune -o -type f -printf "%s %T@ %p\\0" 2>/dev/null '
          '| head -z -n "$n"')
-# $1 the run directory, $2 a file's relative name, $3 at most this many bytes.
-_READ = ('cd -- "$1" 2>/dev/null || exit 3; [ -f "$2" ] && [ ! -L "$2" ] || exit 4; '
-         'head -c "$3" -- "$2"')
 # $1 the run directory; NUL-separated relative names on stdin.
 _SUMS = 'cd -- "$1" 2>/dev/null || exit 3; xargs -0 -r sha256sum --'
 _LINE = re.compile(rb"([0-9]{1,16}) ([0-9]{1,12})(?:\.[0-9]*)? \./(.*)", re.S)
@@ -176,22 +175,26 @@ def listing(src: Here | Far, scopes: list[str]) -> tuple[list[Listed], list[str]
     return files, skipped
 
 
-def checkpoint_patterns(src: Here | Far, scope: str) -> list[str]:
-    """The run's checkpoint patterns (its bootstrap.json, read bounded where the run lives),
-    each relative and plain; [] when it has none."""
-    rel = f"{scope}/bootstrap.json" if scope else "bootstrap.json"
-    status, out, _ = src.shell(_READ, [src.root, rel, str(1 << 20)], limit=(1 << 20) + 1)
-    if status != 0:
-        return []
-    try:
-        doc = json.loads(out.decode("utf-8"))
-    except (ValueError, RecursionError):
-        return []
-    found = doc.get("checkpoint_patterns") if isinstance(doc, dict) else None
-    if not isinstance(found, list):
-        return []
-    return [p for p in found[:64] if isinstance(p, str) and _PATTERN.fullmatch(p)
-            and not p.startswith("/") and ".." not in p.split("/")]
+def checkpoint_patterns(run: Run, scope: str) -> list[str]:
+    """The run's checkpoint patterns, each relative and plain; [] when it has none. Read from
+    bootstrap.json here (a cluster's run has its copy in the mirror since submit; a trial
+    there, its study's), bounded and without following a link: no round trip to the cluster."""
+    for rel in ([f"{scope}/bootstrap.json"] if scope else []) + ["bootstrap.json"]:
+        try:
+            fd = tree.open_file(run.path / rel, run.path)
+        except (OSError, ValueError):
+            continue
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(MAX_BOOTSTRAP + 1)
+        try:
+            doc = json.loads(data.decode("utf-8")) if len(data) <= MAX_BOOTSTRAP else None
+        except (ValueError, RecursionError):
+            doc = None
+        found = doc.get("checkpoint_patterns") if isinstance(doc, dict) else None
+        if isinstance(found, list):
+            return [p for p in found[:64] if isinstance(p, str) and _PATTERN.fullmatch(p)
+                    and not p.startswith("/") and ".." not in p.split("/")]
+    return []
 
 
 def _glob(pattern: str) -> re.Pattern:
@@ -324,6 +327,21 @@ class Copied(NamedTuple):
     missing: list[str]  # chosen, but gone from the run before rsync reached them
 
 
+def _hash_in_place(dest: Path, rel: str, wait: float = 5.0):
+    """sha256_of once rsync has put the file in place: it prints a name just before it renames
+    the finished file there. Hashing it now, while rsync copies the next file, is what keeps
+    the manifest nearly free."""
+    import time
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return pulled.sha256_of(dest, rel)
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
 def _feed(pipe, names: list[str]) -> None:
     try:
         for n in names:
@@ -375,7 +393,7 @@ def copy(src, dest: Path, chosen: list[Listed], hashed: dict[str, tuple],
         for raw in proc.stdout:
             line = raw.decode(errors="replace").rstrip("\n")
             if line in names and line not in futures:
-                futures[line] = pool.submit(pulled.sha256_of, dest, line)
+                futures[line] = pool.submit(_hash_in_place, dest, line)
             m = re.fullmatch(r"(Literal|Matched) data: ([0-9,]+) bytes", line.strip())
             if m:
                 stats[m.group(1)] = int(m.group(2).replace(",", ""))
@@ -458,7 +476,7 @@ def pull(run: Run, dest: Path, kinds: list[str], checkpoint: str = "newest",
     src = source_of(run)
     starts = [scope] + [str(PurePosixPath(a).parent) for a in also]
     files, skipped = listing(src, sorted(set(s if s != "." else "" for s in starts)))
-    patterns = checkpoint_patterns(src, scope) if "checkpoint" in kinds else []
+    patterns = checkpoint_patterns(run, scope) if "checkpoint" in kinds else []
     chosen = choose(files, scope, kinds, checkpoint, patterns)
     by_path = {f.path: f for f in files}
     for a in also:
