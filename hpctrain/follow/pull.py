@@ -45,7 +45,7 @@ KINDS = {
     "videos": "videos (videos/)",
     "checkpoint": "the checkpoint --checkpoint names (the newest by default)",
     "tensorboard": "TensorBoard event files (events.out.tfevents.*)",
-    "logs": "the run's records and logs (its top-level files, logs/, status/)",
+    "logs": "the run's records and logs (its top-level files, logs/, status/; a sweep's tasks')",
 }
 FOLDERS = {"exports": "exports/", "eval": "eval/", "videos": "videos/"}
 CHECKPOINTS = ("newest", "all", "none")
@@ -64,6 +64,8 @@ _LIST = ('cd -- "$1" 2>/dev/null || { echo "hpctrain: $1: no such run directory"
          '| head -z -n "$n"')
 # $1 the run directory; NUL-separated relative names on stdin.
 _SUMS = 'cd -- "$1" 2>/dev/null || exit 3; xargs -0 -r sha256sum --'
+# The run's records and logs: its top-level files, logs/ and status/; a sweep's tasks' too.
+_RECORDS = re.compile(r"(?:tasks/[0-9]+/)?(?:logs/.*|status/.*|[^/]+)")
 _LINE = re.compile(rb"([0-9]{1,16}) ([0-9]{1,12})(?:\.[0-9]*)? \./(.*)", re.S)
 _PATTERN = re.compile(r"[A-Za-z0-9_.*?/\[\]-]{1,512}")
 
@@ -237,7 +239,7 @@ def choose(files: list[Listed], scope: str, kinds: list[str], checkpoint: str,
             chosen[f.path] = f
         elif "tensorboard" in kinds and name.startswith("events.out.tfevents."):
             chosen[f.path] = f
-        elif "logs" in kinds and ("/" not in rel or rel.startswith(("logs/", "status/"))):
+        elif "logs" in kinds and _RECORDS.fullmatch(rel):
             chosen[f.path] = f
         if any(r.fullmatch(rel) for r in rules) and not being_written(name) and f.size > 0:
             checkpoints.append((f, name))
@@ -496,7 +498,9 @@ def pull(run: Run, dest: Path, kinds: list[str], checkpoint: str = "newest",
     dest.mkdir(parents=True, exist_ok=True)
     hashed = check_here(src, dest, chosen, overwrite)
     copied, entries = copy(src, dest, chosen, hashed, bwlimit)
-    old = pulled.read_manifest(dest)
+    # What earlier pulls wrote and is still here, with what this one wrote.
+    old = {p: e for p, e in pulled.read_manifest(dest).items()
+           if p in entries or pulled.local_state(dest, p) is not None}
     old.update(entries)
     rec = run.record
     pulled.write_manifest(dest, {"run_id": rec.run_id, "name": rec.name, "from": src.shown,

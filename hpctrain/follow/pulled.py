@@ -20,7 +20,7 @@ from typing import NamedTuple
 from ..errors import HpctrainError
 from ..rank.records import NotRegular, open_dir, under_root
 from ..runs import tree
-from ..runs.untrusted import MAX_FILES, Unreadable, excerpt, read_regular
+from ..runs.untrusted import MAX_FILES, Unreadable, excerpt
 
 MANIFEST = "hpctrain-pull.json"
 # Where rsync keeps a cut file until it is whole (inside each folder it writes): a killed pull
@@ -108,9 +108,11 @@ def read_manifest(dest: Path) -> dict[str, Entry]:
     if not stat.S_ISREG(st.st_mode):
         raise HpctrainError(f"{path} is not a regular file", fix=fix)
     try:
-        fd = tree.open_file(path, dest)
-        os.close(fd)
-        doc = json.loads(read_regular(path, MAX_MANIFEST).decode("utf-8"))
+        with os.fdopen(tree.open_file(path, dest), "rb") as f:
+            data = f.read(MAX_MANIFEST + 1)
+        if len(data) > MAX_MANIFEST:
+            raise Unreadable(0, f"larger than {MAX_MANIFEST >> 20} MiB")
+        doc = json.loads(data.decode("utf-8"))
     except (Unreadable, NotRegular) as exc:
         raise HpctrainError(f"{path}: {exc.strerror}", fix=fix) from None
     except (ValueError, RecursionError):

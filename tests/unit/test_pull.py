@@ -18,7 +18,9 @@ FILES = [Listed("run.json", 900, 10), Listed("logs/rank-0.log", 50, 10),
          Listed("videos/play-0.mp4", 9000, 30), Listed("tb/events.out.tfevents.1.h.0", 70, 20),
          Listed("checkpoints/model_9.pt", 100, 20), Listed("checkpoints/model_10.pt", 100, 20),
          Listed("checkpoints/model_8.pt", 100, 19), Listed("checkpoints/.model_11.pt.tmp", 100, 40),
-         Listed("checkpoints/model_12.pt", 0, 50), Listed("other/big.bin", 1 << 30, 5)]
+         Listed("checkpoints/model_12.pt", 0, 50), Listed("other/big.bin", 1 << 30, 5),
+         Listed("tasks/1/logs/rank-0.log", 5, 1), Listed("tasks/1/run.json", 5, 1),
+         Listed("tasks/1/other/x", 5, 1)]
 PATTERNS = ["checkpoints/model_*.pt"]
 
 
@@ -35,7 +37,8 @@ def test_every_kind_chooses_its_folder_and_the_newest_checkpoint_by_default():
                                  "checkpoints/.", "checkpoints/model_12")) for p in got)
     assert {"run.json", "code-files.txt", "logs/rank-0.log", "status/pid",
             "exports/model_2/policy.onnx", "eval/records.jsonl", "videos/play-0.mp4",
-            "tb/events.out.tfevents.1.h.0"} <= set(got)
+            "tb/events.out.tfevents.1.h.0", "tasks/1/logs/rank-0.log", "tasks/1/run.json"} <= set(got)
+    assert "tasks/1/other/x" not in got
 
 
 def test_only_and_checkpoint_choices():
