@@ -90,6 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-pull-"))
     env = dict(os.environ, HPCTRAIN_HOME=str(tmp / "home"), HPCTRAIN_RUNS_DIR=str(tmp / "runs"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as an install has it: hpctrain's bytecode kept
     sshd, port, key, known = start_sshd(tmp)
     try:
         run_dir = make_run(tmp, args.mb, args.files, env)

@@ -11,6 +11,7 @@ import pytest
 from hpctrain.errors import HpctrainError
 from hpctrain.follow import pull, pulled
 from hpctrain.follow.pull import Listed, choose
+from tests.hostile import tried
 
 FILES = [Listed("run.json", 900, 10), Listed("logs/rank-0.log", 50, 10),
          Listed("status/pid", 5, 10), Listed("code-files.txt", 40, 10),
@@ -90,6 +91,7 @@ def test_plain_names_are_copied(name):
                                   "a:b", "caf\u00e9", "a'b", 'a"b', "a;b", "$(id)", "a*", "x" * 2000,
                                   "/".join(["a"] * 40)])
 def test_odd_names_are_not(name):
+    tried("pull names")
     assert not pulled.good_name(name)
 
 
@@ -111,6 +113,7 @@ def test_a_hostile_listing_is_read_as_data():
                       b"9 17 ./../../etc/passwd", b"9 17 ./a/\n/b", b"x 17 ./a", b"99999999999999999999 1 ./big",
                       b"3 1 ./\xff\xfe", b"3 1 ./.hidden/x", b"3 1 ./-rf", b"4 2 ./eval/r.json", b""])
     files, skipped = pull.listing(Listing(out), [""])
+    tried("pull listing", 9)
     assert files == [Listed("exports/a.onnx", 5, 1700000000), Listed("eval/r.json", 4, 2)]
     assert len(skipped) == 7 and all(s.isprintable() for s in skipped)  # hidden: not said
 
@@ -144,6 +147,7 @@ def test_the_manifest_is_read_back_checked(tmp_path):
     assert pulled.read_manifest(tmp_path) == {"a/b": pulled.Entry("a/b", 3, "0" * 64)}
     for bad in ({**good, "path": "../../x"}, {**good, "size": -1}, {**good, "size": True},
                 {**good, "sha256": "zz"}, {**good, "path": "a\nb"}, "a/b", None):
+        tried("pull manifest")
         manifest(tmp_path, [bad])
         with pytest.raises(HpctrainError, match=r"files\[0\].*is not a path, size and sha256"):
             pulled.read_manifest(tmp_path)
