@@ -53,13 +53,12 @@ DEFAULT_MAX = 20 << 30
 IO_TIMEOUT = 300  # seconds without a byte before rsync gives up (a dead link, not a slow one)
 MAX_BOOTSTRAP = 1 << 20
 MAX_LISTING = 48 << 20  # bytes of listing: MAX_FILES names of ~250 bytes, with room to spare
-# Left out of every listing: the code snapshot and hpctrain's own rank-side copy (the code
-# is yours already), and rsync's partial folders.
-_PRUNED = ("code", "rank")
-
 # $1 the run directory, $2 how many lines at most, then the folders to list (./ relative).
+# Left out: the code snapshot and hpctrain's own rank-side copy, the run's and its trials' (the
+# code is yours already), and rsync's partial folders.
 _LIST = ('cd -- "$1" 2>/dev/null || { echo "hpctrain: $1: no such run directory" >&2; exit 3; }; '
          'n=$2; shift 2; find -P "$@" -mindepth 1 \\( -path ./code -o -path ./rank '
+         '-o -path "./trials/*/code" -o -path "./trials/*/rank" '
          f'-o -name {pulled.PARTIAL} \\) -prune -o -type f -printf "%s %T@ %p\\0" 2>/dev/null '
          '| head -z -n "$n"')
 # $1 the run directory; NUL-separated relative names on stdin.
