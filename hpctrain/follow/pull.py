@@ -42,7 +42,7 @@ from .pulled import Entry, good_name
 KINDS = {
     "exports": "exported policies (exports/, from `hpctrain export`)",
     "eval": "evaluation records (eval/, from `hpctrain eval`)",
-    "videos": "videos (videos/)",
+    "videos": "videos (videos/, and Isaac Lab's videos/ folders in its log folders)",
     "checkpoint": "the checkpoint --checkpoint names (the newest by default)",
     "tensorboard": "TensorBoard event files (events.out.tfevents.*)",
     "logs": "the run's records and logs (its top-level files, logs/, status/; a sweep's tasks')",
@@ -63,8 +63,10 @@ _LIST = ('cd -- "$1" 2>/dev/null || { echo "hpctrain: $1: no such run directory"
          '| head -z -n "$n"')
 # $1 the run directory; NUL-separated relative names on stdin.
 _SUMS = 'cd -- "$1" 2>/dev/null || exit 3; xargs -0 -r sha256sum --'
-# The run's records and logs: its top-level files, logs/ and status/; a sweep's tasks' too.
-_RECORDS = re.compile(r"(?:tasks/[0-9]+/)?(?:logs/.*|status/.*|[^/]+)")
+# The run's records and logs: its top-level files, hpctrain's logs/ and status/, and the
+# configuration Isaac Lab keeps beside a run's checkpoints (logs/<library>/<task>/<time>/params/),
+# not the rest of that folder (every checkpoint: the checkpoint kind chooses); a sweep's tasks' too.
+_RECORDS = re.compile(r"(?:tasks/[0-9]+/)?(?:logs/[^/]+|logs/(?:[^/]+/){3}params/[^/]+|status/.*|[^/]+)")
 _LINE = re.compile(rb"([0-9]{1,16}) ([0-9]{1,12})(?:\.[0-9]*)? \./(.*)", re.S)
 _PATTERN = re.compile(r"[A-Za-z0-9_.*?/\[\]-]{1,512}")
 
@@ -236,6 +238,8 @@ def choose(files: list[Listed], scope: str, kinds: list[str], checkpoint: str,
         name = rel.rsplit("/", 1)[-1]
         if any(rel.startswith(FOLDERS[k]) for k in kinds if k in FOLDERS):
             chosen[f.path] = f
+        elif "videos" in kinds and "/videos/" in "/" + rel:
+            chosen[f.path] = f  # Isaac Lab's: logs/<library>/<task>/<time>/videos/train/
         elif "tensorboard" in kinds and name.startswith("events.out.tfevents."):
             chosen[f.path] = f
         elif "logs" in kinds and _RECORDS.fullmatch(rel):

@@ -21,7 +21,10 @@ FILES = [Listed("run.json", 900, 10), Listed("logs/rank-0.log", 50, 10),
          Listed("checkpoints/model_8.pt", 100, 19), Listed("checkpoints/.model_11.pt.tmp", 100, 40),
          Listed("checkpoints/model_12.pt", 0, 50), Listed("other/big.bin", 1 << 30, 5),
          Listed("tasks/1/logs/rank-0.log", 5, 1), Listed("tasks/1/run.json", 5, 1),
-         Listed("tasks/1/other/x", 5, 1)]
+         Listed("tasks/1/other/x", 5, 1),
+         Listed("logs/rsl_rl/cartpole/2026-11-29_10-00-00/videos/train/rl-video-step-0.mp4", 9, 1),
+         Listed("logs/rsl_rl/cartpole/2026-11-29_10-00-00/model_5.pt", 9, 1),
+         Listed("logs/rsl_rl/cartpole/2026-11-29_10-00-00/params/agent.yaml", 9, 1)]
 PATTERNS = ["checkpoints/model_*.pt"]
 
 
@@ -40,10 +43,16 @@ def test_every_kind_chooses_its_folder_and_the_newest_checkpoint_by_default():
             "exports/model_2/policy.onnx", "eval/records.jsonl", "videos/play-0.mp4",
             "tb/events.out.tfevents.1.h.0", "tasks/1/logs/rank-0.log", "tasks/1/run.json"} <= set(got)
     assert "tasks/1/other/x" not in got
+    # Isaac Lab's log folder: its configuration with the records, not its every checkpoint.
+    logs = paths(choose(FILES, "", ["logs"], "none", []))
+    assert "logs/rsl_rl/cartpole/2026-11-29_10-00-00/params/agent.yaml" in logs
+    assert not any(p.endswith((".pt", ".mp4")) for p in logs), logs
 
 
 def test_only_and_checkpoint_choices():
     assert paths(choose(FILES, "", ["exports"], "newest", PATTERNS)) == ["exports/model_2/policy.onnx"]
+    assert paths(choose(FILES, "", ["videos"], "newest", PATTERNS)) == [
+        "logs/rsl_rl/cartpole/2026-11-29_10-00-00/videos/train/rl-video-step-0.mp4", "videos/play-0.mp4"]
     assert paths(choose(FILES, "", ["checkpoint"], "all", PATTERNS)) == [
         "checkpoints/model_10.pt", "checkpoints/model_8.pt", "checkpoints/model_9.pt"]
     assert paths(choose(FILES, "", ["checkpoint"], "model_8.pt", PATTERNS)) == ["checkpoints/model_8.pt"]
