@@ -64,11 +64,12 @@ _LIST = ('cd -- "$1" 2>/dev/null || { echo "hpctrain: $1: no such run directory"
          '| head -z -n "$n"')
 # $1 the run directory; NUL-separated relative names on stdin.
 _SUMS = 'cd -- "$1" 2>/dev/null || exit 3; xargs -0 -r sha256sum --'
-# The run's records and logs: its top-level files, hpctrain's logs/, status/ and usage/ (the
-# samplers' records that `report` reads), and the
-# configuration Isaac Lab keeps beside a run's checkpoints (logs/<library>/<task>/<time>/params/),
-# not the rest of that folder (every checkpoint: the checkpoint kind chooses); a sweep's tasks' too.
-_RECORDS = re.compile(r"(?:tasks/[0-9]+/)?(?:logs/[^/]+|logs/(?:[^/]+/){3}params/[^/]+|status/.*|usage/.*|[^/]+)")
+# The run's records and logs: its top-level files, hpctrain's logs/, status/ and usage/ (what
+# `report` reads), and the configuration Isaac Lab keeps beside its checkpoints
+# (logs/<library>/<task>/<time>/params/), not the rest of that folder (every checkpoint: the
+# checkpoint kind chooses); a sweep's tasks' too.
+_RECORDS = re.compile(r"(?:tasks/[0-9]+/)?"
+                      r"(?:logs/[^/]+|logs/(?:[^/]+/){3}params/[^/]+|status/.*|usage/.*|[^/]+)")
 _LINE = re.compile(rb"([0-9]{1,16}) ([0-9]{1,12})(?:\.[0-9]*)? \./(.*)", re.S)
 _PATTERN = re.compile(r"[A-Za-z0-9_.*?/\[\]-]{1,512}")
 
