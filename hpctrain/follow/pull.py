@@ -374,10 +374,15 @@ def copy(src, dest: Path, chosen: list[Listed], hashed: dict[str, tuple],
          bwlimit: int | None = None) -> tuple[Copied, dict[str, Entry]]:
     """rsync the chosen files into dest, hashing each as rsync finishes it."""
     extra, source = src.rsync_source()
+    # --no-links, --no-D: a name that became a link or a device since the listing is skipped,
+    # never copied; --no-implied-dirs: the folders on the way are made here as plain folders,
+    # whatever they are there; --partial-dir: what a cut copy leaves, for the next to resume.
     command = ["rsync", "-a", "-s", "--no-links", "--no-D", "--no-implied-dirs",
                f"--partial-dir={pulled.PARTIAL}", "--from0", "--files-from=-",
-               "--out-format=%n", "--stats", f"--timeout={IO_TIMEOUT}",
-               *([f"--bwlimit={max(1, bwlimit >> 10)}"] if bwlimit else []), *extra, source, str(dest).rstrip("/") + "/"]
+               "--out-format=%n", "--stats", f"--timeout={IO_TIMEOUT}"]
+    if bwlimit:
+        command.append(f"--bwlimit={max(1, bwlimit >> 10)}")  # rsync's unit: KiB/s
+    command += [*extra, source, str(dest).rstrip("/") + "/"]
     names = {f.path for f in chosen}
     entries: dict[str, Entry] = {}
     pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1))
