@@ -17,6 +17,7 @@ from . import startup
 from .progress import TrainingProgress, of_run
 from ..rank.during import slow
 from ..rank.records import read_excluded, read_job_failure, read_job_failures, read_rank_failures
+from ..runs import evaluations
 from ..runs.records import Run, add_to_index, being_submitted, indexed
 
 
@@ -52,6 +53,12 @@ class RunStatus(msgspec.Struct, kw_only=True):
     # Nodes a spare replaced inside the allocation (rank/before/spares.py), oldest first: each
     # {job_id, attempt, out, in, why, back_s (from the failure to the next first step)}.
     replacements: list[dict] = []
+    # The run's evaluation records (runs/evaluations.py), by iteration, and one line per record
+    # that could not be read.
+    evaluations: list[dict] = []
+    evaluation_problems: list[str] = []
+    # An evaluation run: the run it evaluates.
+    evaluates: str | None = None
 
     def to_json(self) -> dict:
         d = msgspec.to_builtins(self)
@@ -126,6 +133,8 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
     progress = of_run(str(run.path), rec.array_size)
     excluded = read_excluded(str(run.path))
     attempts = startup.attempts(str(run.path), rec.submitted)
+    evals, problems = evaluations.read(run.path)
+    evaluates = rec.extra.get("evaluates")
     return RunStatus(run_id=run.id, name=rec.name, site=rec.site, backend=rec.backend,
                      job=str(rec.job_id), path=str(run.path), submitted=rec.submitted,
                      nodes=rec.nodes, ranks_per_node=rec.procs_per_node, state=state,
@@ -138,7 +147,9 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
                                 "time": e.time} for e in excluded],
                      history=_history(str(run.path), excluded),
                      jobs=[str(j) for j in rec.jobs],
-                     startup=attempts, replacements=startup.replacements(str(run.path), attempts))
+                     startup=attempts, replacements=startup.replacements(str(run.path), attempts),
+                     evaluations=evaluations.as_json(evals), evaluation_problems=problems,
+                     evaluates=evaluates if isinstance(evaluates, str) else None)
 
 
 

@@ -16,7 +16,7 @@ import re
 
 from ..errors import HpctrainError
 from ..schema.spec import JobSpec
-from .base import Adapter, RankNeeds
+from .base import Adapter, Play, RankNeeds
 
 ISAACLAB_SCRIPTS = "scripts/reinforcement_learning"
 # Isaac Lab's own Slurm template (docker/cluster/submit_job_slurm.sh) gives one GPU's training
@@ -29,6 +29,11 @@ ISAACLAB_RANK = RankNeeds(8, "4048M", "Isaac Lab's own cluster template "
 # all); one fixed name also keeps every attempt of a requeued run in one folder, so its
 # checkpoints and its TensorBoard curve continue where the last attempt stopped.
 RUN_FOLDER = "hpctrain"
+# Steps an evaluation plays when not told: past the episode length of Isaac Lab's classic
+# tasks (Cartpole: 300 steps), so every environment completes at least one episode.
+PLAY_STEPS = 1000
+# 2.x's play.py loops while its app runs: the wall-clock time it is given instead.
+PLAY_SECONDS_2X = 300.0
 
 
 def generation(version: str | None) -> int:
@@ -89,6 +94,34 @@ class IsaacLabAdapter(Adapter):
         if spec.seed is not None and not _has(args, "--seed"):
             out.append(f"--seed={spec.seed}")
         return out + args
+
+    def play(self, spec: JobSpec, checkpoint: str, episodes: int, steps: int | None,
+             seed: int, out: str) -> Play:
+        """3.0: `isaaclab benchmark play` (`play` runs until interrupted): `episodes`
+        environments for `steps` steps, its play bundle read back (mean return and episode
+        length over the completed episodes, success rate). 2.x: the library's play.py, which
+        reports no metric and runs until its app closes: bounded by wall-clock time."""
+        if not self.isaaclab_mode(spec):
+            return super().play(spec, checkpoint, episodes, steps, seed, out)
+        # The training's Hydra overrides (agent.*, env.*) shape the policy and its task: the
+        # play needs the same; its options (--max_iterations, ...) are train's, not play's.
+        hydra = [str(a) for a in spec.args if "=" in str(a) and not str(a).startswith("-")]
+        steps = steps or PLAY_STEPS
+        if self.generation(spec) >= 3:
+            command = ["-m", "isaaclab", "benchmark", "play", "--rl_library",
+                       self.lab_library or self.train_dir, f"--task={spec.task}",
+                       f"--num_envs={episodes}", f"--num_steps={steps}", f"--seed={seed}",
+                       f"--checkpoint={checkpoint}", f"--output_path={out}", *hydra]
+            # The benchmark's play sets no device from --device (train and play do): on a CPU
+            # the simulation and the agent are both put there by Hydra overrides.
+            return Play(command, "isaaclab-benchmark", "isaaclab benchmark play",
+                        cpu_args=("--device", "cpu", "agent.device=cpu", "env.sim.device=cpu"),
+                        in_out=True)
+        script = os.path.join(os.path.dirname(self.train_script(spec)), "play.py")
+        command = [script, f"--task={spec.task}", "--headless", f"--num_envs={episodes}",
+                   f"--checkpoint={checkpoint}", f"--seed={seed}", *hydra]
+        return Play(command, "none", "Isaac Lab 2.x play.py", cpu_args=("--device", "cpu"),
+                    in_out=True, seconds=PLAY_SECONDS_2X)
 
     def python(self, spec: JobSpec) -> list[str] | None:
         if not (self.isaaclab_mode(spec) and spec.isaaclab):

@@ -1,6 +1,7 @@
 """The real Isaac Lab 3.0 on the local site: 2 ranks of rsl_rl on Isaac-Cartpole (Newton physics on
 the CPU, gloo), from `hpctrain submit --wait` to rank 0's model_<N>.pt in the run, with `status`
-showing the reward the train hooks report (issue 49, item 5)."""
+showing the reward the train hooks report (issue 49, item 5); then every checkpoint of that run
+evaluated by `hpctrain eval --checkpoint all` through `isaaclab benchmark play` (issue 52)."""
 from __future__ import annotations
 
 import math
@@ -12,8 +13,10 @@ from tests.operate_helpers import status_json
 ITERATIONS = 4
 
 
-def test_isaaclab3_trains_two_ranks_here(cli, tmp_path):
-    path = write_job(tmp_path, cartpole_job("isaac3-local", ITERATIONS))
+def test_isaaclab3_trains_two_ranks_here_then_evaluates_every_checkpoint(cli, tmp_path):
+    job = cartpole_job("isaac3-local", ITERATIONS)
+    job["args"] += ["agent.save_interval=2"]  # model_0, model_2 and the last, model_3
+    path = write_job(tmp_path, job)
     v = cli("validate", path).stdout
     assert "Isaac Lab 3.0.0 (environment" in v and "-m isaaclab train --rl_library rsl_rl" in v, v
     proc = cli("submit", path, "--wait", timeout=400)
@@ -29,6 +32,35 @@ def test_isaaclab3_trains_two_ranks_here(cli, tmp_path):
     [shown] = st["progress"] if isinstance(st["progress"], list) else [st["progress"]]
     assert shown["step"] == ITERATIONS - 1 and shown["metric"] == "reward", shown
     assert math.isfinite(shown["value"]), shown
+    evaluate_every_checkpoint(cli, run_dir)
+
+
+def evaluate_every_checkpoint(cli, run_dir):
+    """One job array over the run's checkpoints, each played by `isaaclab benchmark play` (8
+    environments x 320 steps: past Cartpole's 300-step episodes) with the run's seed; the records
+    land in the run and status --json, report and plot --eval show them."""
+    saved = sorted(checkpoints(run_dir))
+    assert saved == [0, 2, ITERATIONS - 1], saved
+    proc = cli("eval", run_dir.name, "--checkpoint", "all", "--episodes", "8", "--steps", "320",
+               "--wait", timeout=400)
+    assert f"evaluating run {run_dir.name}: 3 checkpoint(s), every checkpoint" in proc.stdout
+    _, eval_dir = submitted(proc.stdout)
+    st = status_json(cli, run_dir.name)
+    evals = st["evaluations"]
+    log = "".join(p.read_text(errors="replace")[-3000:]
+                  for p in sorted(eval_dir.glob("tasks/*/logs/rank-0.log")))
+    assert [e["iteration"] for e in evals] == saved, (evals, log)
+    for e in evals:
+        assert e["status"] == "ok" and e["method"] == "isaaclab benchmark play", (e, log)
+        assert math.isfinite(e["mean_return"]) and 0 < e["episode_length"] <= 300, e
+        assert e["seed"] == 42 and e["eval_run"] == eval_dir.name, e
+    assert "[hpctrain cpu_mode]" not in log or "distributed" not in log  # one rank, no group
+    assert "best by evaluation" in cli("status", run_dir.name).stdout
+    assert cli("report", run_dir.name, "--json").stdout.count('"mean_return"') == 3
+    drawn = cli("plot", run_dir.name, "--eval").stdout
+    # beside the training curve: rsl_rl's own TensorBoard reward
+    assert "evaluation: 3 checkpoint(s), iterations 0-3" in drawn and "Train/mean_reward" in drawn
+    assert (run_dir / "plots" / "evaluation.png").stat().st_size > 0
 
 
 def test_a_missing_asset_ends_with_the_file_and_the_setting(cli, tmp_path):
