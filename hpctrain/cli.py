@@ -167,6 +167,7 @@ def cmd_submit(args) -> int:
 
 def cmd_eval(args) -> int:
     import shlex
+    import msgspec
     from .follow.operate import resolve
     from .job.evaluate import plan
     from .submission import prepare, submit_prepared
@@ -175,19 +176,24 @@ def cmd_eval(args) -> int:
         print(f"warning: checkpoint {why}: not evaluated", file=sys.stderr)
     prep = prepare(ev.job, ev.run_id)
     # run.json says which run this evaluates (status and report of the evaluation show it).
-    import msgspec
     prep = msgspec.structs.replace(prep, record={"extra": {
         "python": list(prep.plan.host_python), "evaluates": str(ev.source.run.path)}})
     run = ev.source.run
     print(f"evaluating run {run.id}: {len(ev.chosen)} checkpoint(s), {ev.rule}")
-    for c in ev.chosen:
+    for c in ev.chosen[:10] + (ev.chosen[-5:] if len(ev.chosen) > 15 else ev.chosen[10:]):
         print(f"  {c.path}" + (f"  (iteration {c.iteration})" if c.iteration is not None else ""))
+        if c is ev.chosen[9] and len(ev.chosen) > 15:
+            print(f"  ... {len(ev.chosen) - 15} more")
     if args.dry_run:
         print(f"# would run: {shlex.join(prep.submit_command)}")
         print(f"# run directory: {prep.run_dir}")
         sys.stdout.write(prep.script)
         return 0
-    erun = submit_prepared(prep)
+    from .submission import collisions
+    warned = collisions(prep)  # an evaluation that can never start is refused here
+    for w in warned:
+        print(f"warning: {w}", file=sys.stderr)
+    erun = submit_prepared(prep, warned=warned)
     rec = erun.record
     print(f"submitted {rec.name}  run {erun.id}  job {rec.job_id}  on {rec.site}"
           + (f"  ({rec.array_size} tasks)" if rec.array_size else ""))

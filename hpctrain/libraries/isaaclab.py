@@ -64,6 +64,9 @@ class IsaacLabAdapter(Adapter):
     isaaclab_checkpoint_globs: tuple[str, ...] = ()
     isaaclab_resume_template: tuple[str, ...] = ()
     isaaclab3_resume_template: tuple[str, ...] = ("--checkpoint", "{checkpoint}")
+    # 3.0's benchmark play on a CPU: the Hydra overrides that put this library's agent there
+    # (the simulation's own override is added for every library).
+    play_cpu_overrides: tuple[str, ...] = ()
 
     def generation(self, spec: JobSpec) -> int:
         return generation(spec.isaaclab_version)
@@ -110,15 +113,17 @@ class IsaacLabAdapter(Adapter):
         if self.generation(spec) >= 3:
             command = ["-m", "isaaclab", "benchmark", "play", "--rl_library",
                        self.lab_library or self.train_dir, f"--task={spec.task}",
-                       f"--num_envs={episodes}", f"--num_steps={steps}", f"--seed={seed}",
-                       f"--checkpoint={checkpoint}", f"--output_path={out}", *hydra]
+                       *self.extra_isaaclab_args, f"--num_envs={episodes}",
+                       f"--num_steps={steps}", f"--seed={seed}", f"--checkpoint={checkpoint}",
+                       f"--output_path={out}", *hydra]
             # The benchmark's play sets no device from --device (train and play do): on a CPU
             # the simulation and the agent are both put there by Hydra overrides.
             return Play(command, "isaaclab-benchmark", "isaaclab benchmark play",
-                        cpu_args=("--device", "cpu", "agent.device=cpu", "env.sim.device=cpu"),
-                        in_out=True)
+                        cpu_args=("--device", "cpu", "env.sim.device=cpu",
+                                  *self.play_cpu_overrides), in_out=True)
         script = os.path.join(os.path.dirname(self.train_script(spec)), "play.py")
-        command = [script, f"--task={spec.task}", "--headless", f"--num_envs={episodes}",
+        command = [script, f"--task={spec.task}", "--headless", *self.extra_isaaclab_args,
+                   f"--num_envs={episodes}",
                    f"--checkpoint={checkpoint}", f"--seed={seed}", *hydra]
         return Play(command, "none", "Isaac Lab 2.x play.py", cpu_args=("--device", "cpu"),
                     in_out=True, seconds=PLAY_SECONDS_2X)

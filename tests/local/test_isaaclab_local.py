@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from tests.conftest import submitted
-from tests.isaaclab3 import cartpole_job, check_trained, checkpoints, write_job
+from tests.isaaclab3 import cartpole_job, check_trained, checkpoints, evaluated, write_job
 from tests.operate_helpers import status_json
 
 ITERATIONS = 4
@@ -15,7 +15,7 @@ ITERATIONS = 4
 
 def test_isaaclab3_trains_two_ranks_here_then_evaluates_every_checkpoint(cli, tmp_path):
     job = cartpole_job("isaac3-local", ITERATIONS)
-    job["args"] += ["agent.save_interval=2"]  # model_0, model_2 and the last, model_3
+    job["args"] += ["agent.save_interval=3"]  # model_0 and model_3 (the last): two to evaluate
     path = write_job(tmp_path, job)
     v = cli("validate", path).stdout
     assert "Isaac Lab 3.0.0 (environment" in v and "-m isaaclab train --rl_library rsl_rl" in v, v
@@ -36,43 +36,15 @@ def test_isaaclab3_trains_two_ranks_here_then_evaluates_every_checkpoint(cli, tm
 
 
 def evaluate_every_checkpoint(cli, run_dir):
-    """One job array over the run's checkpoints, each played by `isaaclab benchmark play` (8
-    environments x 320 steps: past Cartpole's 300-step episodes) with the run's seed; the records
-    land in the run and status --json, report and plot --eval show them."""
+    """One job array over the run's checkpoints, each played by `isaaclab benchmark play` with the
+    run's seed; the records land in the run and status, report --json and plot --eval show them."""
     saved = sorted(checkpoints(run_dir))
-    assert saved == [0, 2, ITERATIONS - 1], saved
-    proc = cli("eval", run_dir.name, "--checkpoint", "all", "--episodes", "8", "--steps", "320",
-               "--wait", timeout=400)
-    assert f"evaluating run {run_dir.name}: 3 checkpoint(s), every checkpoint" in proc.stdout
-    _, eval_dir = submitted(proc.stdout)
-    st = status_json(cli, run_dir.name)
-    evals = st["evaluations"]
-    log = "".join(p.read_text(errors="replace")[-3000:]
-                  for p in sorted(eval_dir.glob("tasks/*/logs/rank-0.log")))
-    assert [e["iteration"] for e in evals] == saved, (evals, log)
-    for e in evals:
-        assert e["status"] == "ok" and e["method"] == "isaaclab benchmark play", (e, log)
-        assert math.isfinite(e["mean_return"]) and 0 < e["episode_length"] <= 300, e
-        assert e["seed"] == 42 and e["eval_run"] == eval_dir.name, e
-    assert "[hpctrain cpu_mode]" not in log or "distributed" not in log  # one rank, no group
+    assert saved == [0, ITERATIONS - 1], saved
+    _, evals = evaluated(cli, run_dir, "--checkpoint", "all")
+    assert [e["iteration"] for e in evals] == saved, evals
     assert "best by evaluation" in cli("status", run_dir.name).stdout
-    assert cli("report", run_dir.name, "--json").stdout.count('"mean_return"') == 3
+    assert cli("report", run_dir.name, "--json").stdout.count('"mean_return"') == 2
     drawn = cli("plot", run_dir.name, "--eval").stdout
     # beside the training curve: rsl_rl's own TensorBoard reward
-    assert "evaluation: 3 checkpoint(s), iterations 0-3" in drawn and "Train/mean_reward" in drawn
+    assert "evaluation: 2 checkpoint(s), iterations 0-3" in drawn and "Train/mean_reward" in drawn
     assert (run_dir / "plots" / "evaluation.png").stat().st_size > 0
-
-
-def test_a_missing_asset_ends_with_the_file_and_the_setting(cli, tmp_path):
-    """Nodes without internet meet Isaac Lab's assets first: the failure names the file and
-    isaaclab_assets, once, instead of a traceback's last line."""
-    empty = tmp_path / "assets"
-    empty.mkdir()
-    job = cartpole_job("isaac3-noassets", 1, num_envs=16, isaaclab_assets=str(empty),
-                       resources={"nodes": 1, "procs_per_node": 1, "time": "00:10:00"})
-    proc = cli("submit", write_job(tmp_path, job), "--wait", timeout=300, check=False)
-    assert proc.returncode != 0, proc.stdout
-    missing = f"{empty}/Isaac/IsaacLab/"
-    [line] = [l for l in proc.stdout.splitlines() if l.startswith("failed: rank 0")]
-    assert "Isaac Lab could not load the asset " + missing in line, proc.stdout
-    assert "set isaaclab_assets" in line and "hpctrain doctor" in line, line

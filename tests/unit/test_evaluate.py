@@ -133,7 +133,16 @@ def test_isaaclab3_plays_the_benchmark_bounded_with_the_training_overrides(tmp_p
         "--num_envs=8", "--num_steps=1000", "--seed=42", "--checkpoint=/r/m.pt",
         "--output_path=/e/play", "agent.save_interval=2"]
     assert play.results == "isaaclab-benchmark" and play.in_out and play.seconds is None
-    assert play.cpu_args == ("--device", "cpu", "agent.device=cpu", "env.sim.device=cpu")
+    assert play.cpu_args == ("--device", "cpu", "env.sim.device=cpu", "agent.device=cpu")
+    # Each library's agent is put on the CPU by its own config key; skrl_jax plays with JAX.
+    games = load_job({"name": "g", "library": "rl_games", "task": "Isaac-Cartpole",
+                      "isaaclab": "/opt/lab", "isaaclab_version": "3.0.0"}, site="local").spec
+    assert adapter("rl_games").play(games, "/r/m.pth", 8, 320, 1, "/e").cpu_args[-2:] == (
+        "agent.params.config.device=cpu", "agent.params.config.device_name=cpu")
+    jax = load_job({"name": "j", "library": "skrl_jax", "task": "Isaac-Cartpole",
+                    "isaaclab": "/opt/lab", "isaaclab_version": "3.0.0"}, site="local").spec
+    command = adapter("skrl_jax").play(jax, "/r/a.pickle", 8, 320, 1, "/e").command
+    assert command[4:9] == ["--rl_library", "skrl", "--task=Isaac-Cartpole", "--ml_framework", "jax"]
 
 
 @pytest.mark.parametrize("lib", ["rl_games", "rsl_rl", "skrl"])
@@ -244,3 +253,25 @@ def test_the_node_side_reads_what_the_play_wrote(tmp_path):
     with pytest.raises(ValueError, match="no episode completed"):
         rank_eval.from_isaaclab_benchmark(str(bundle))
     assert rank_eval.record_name("../x/.model 1.pt") == "_x_.model_1.pt.json"
+
+
+def test_a_damaged_or_hostile_job_yaml_is_refused_naming_it(trained):
+    run = trained(dict(PLAIN, args=["--name", "$(touch /tmp/owned); `id`"]),
+                  files=["checkpoints/model_1.pt"])
+    ev = evaluate.plan(run, "latest")
+    prep = prepare(ev.job, ev.run_id)
+    program = prep.plan.bootstrap["program"]
+    assert program[-2:] == ["--name", "$(touch /tmp/owned); `id`"]  # byte-exact, never shell
+    assert "$(touch /tmp/owned)" not in prep.script.replace("'$(touch /tmp/owned)", "")
+    job_yaml = run.path / "job.yaml"
+    for text, said in (("name: x\nlibrary: nope\n", "no longer loads"),
+                       ("name: [unclosed\n", "cannot read"),
+                       ('name: x\nscript: t.py\nsetup: ["ok\\nrm -rf ~"]\n', "no longer loads")):
+        job_yaml.write_text(text)
+        with pytest.raises(HpctrainError, match=said) as caught:
+            evaluate.plan(run, "latest")
+        assert str(job_yaml) in str(caught.value), caught.value
+    job_yaml.unlink()
+    os.mkfifo(job_yaml)  # a pipe must not hang the command
+    with pytest.raises(HpctrainError, match="cannot read .*job.yaml"):
+        evaluate.plan(run, "latest")
