@@ -180,10 +180,12 @@ def cmd_eval(args) -> int:
         "python": list(prep.plan.host_python), "evaluates": str(ev.source.run.path)}})
     run = ev.source.run
     print(f"evaluating run {run.id}: {len(ev.chosen)} checkpoint(s), {ev.rule}")
-    for c in ev.chosen[:10] + (ev.chosen[-5:] if len(ev.chosen) > 15 else ev.chosen[10:]):
+    for i, c in enumerate(ev.chosen):
+        if len(ev.chosen) > 15 and 10 <= i < len(ev.chosen) - 5:
+            if i == 10:
+                print(f"  ... {len(ev.chosen) - 15} more")
+            continue
         print(f"  {c.path}" + (f"  (iteration {c.iteration})" if c.iteration is not None else ""))
-        if c is ev.chosen[9] and len(ev.chosen) > 15:
-            print(f"  ... {len(ev.chosen) - 15} more")
     if args.dry_run:
         print(f"# would run: {shlex.join(prep.submit_command)}")
         print(f"# run directory: {prep.run_dir}")

@@ -2,7 +2,8 @@
 (tests/programs/eval_policy.py) really trains and saves three checkpoints, then every checkpoint
 is evaluated by the program's own command under the plain contract ($HPCTRAIN_EVAL_CHECKPOINT,
 _EPISODES, _SEED -> the JSON at $HPCTRAIN_EVAL_RESULT), as one array, its records in the run;
-`best` then means best by evaluation and the evaluation is deterministic."""
+`best` then means best by evaluation and the evaluation is deterministic. (`plot --eval` is
+drawn in test_isaaclab_local.py, beside a library's training curve.)"""
 from __future__ import annotations
 
 import json
@@ -47,6 +48,19 @@ def test_plain_program_trains_then_every_checkpoint_is_evaluated(cli, tmp_path):
     assert [e["mean_return"] for e in after] == returns  # same seed, same episodes
     assert after[-1]["eval_run"] != eval_dir.name
 
-    drawn = cli("plot", run_dir.name, "--eval").stdout
-    assert "evaluation: 3 checkpoint(s), iterations 10-30" in drawn, drawn
-    assert (run_dir / "plots" / "evaluation.png").stat().st_size > 0
+
+def test_a_program_without_the_contract_gets_a_failed_record_that_says_so(cli, tmp_path):
+    """A program that ignores $HPCTRAIN_EVAL_CHECKPOINT (it trains again) writes no result: its
+    record says failed and why, the evaluation fails, and status shows it in the run."""
+    job = tmp_path / "known.json"
+    job.write_text(json.dumps({
+        "name": "known", "script": str(ROOT / "tests" / "programs" / "known_reward.py"),
+        "args": ["--lr", "0.001", "--steps", "2", "--step-time", "0"],
+        "resources": {"nodes": 1, "procs_per_node": 1, "time": "00:05:00"}}))
+    _, run_dir = submitted(cli("submit", job, "--wait", timeout=120).stdout)
+    proc = cli("eval", run_dir.name, "--wait", timeout=120, check=False)
+    assert proc.returncode != 0 and "checkpoints/step-00002.json" in proc.stdout, proc.stdout
+    [e] = status_json(cli, run_dir.name)["evaluations"]
+    assert e["status"] == "failed" and e["mean_return"] is None, e
+    assert "the program wrote no result to $HPCTRAIN_EVAL_RESULT" in e["error"], e
+    assert "failed: the program wrote no result" in cli("status", run_dir.name).stdout

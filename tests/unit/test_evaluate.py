@@ -18,6 +18,7 @@ from hpctrain.rank.after import evaluate as rank_eval
 from hpctrain.runs import evaluations
 from hpctrain.runs.records import Run
 from hpctrain.submission import prepare, write_run
+from tests.hostile import tried
 from tests.shellcheck import SHELLCHECK
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -114,6 +115,7 @@ def test_names_that_cannot_reach_a_command_line_are_left_out(trained):
     ev = evaluate.plan(run, "all")
     assert [c.path for c in ev.chosen] == ["checkpoints/model_1.pt"]
     assert len(ev.skipped) == 2 and all("does not pass" in s for s in ev.skipped)
+    tried("eval checkpoints", 3)
 
 
 def test_a_sweep_or_a_study_is_not_one_trained_job(trained):
@@ -222,6 +224,7 @@ def test_hostile_records_are_named_and_never_hide_the_good_ones(tmp_path):
                  "'error'", "is not this file's", "not a JSON object", "'iteration'"):
         assert part in said, (part, said)
     assert evaluations.best(found).checkpoint == "checkpoints/model_1.pt"
+    tried("eval records", 10)
 
 
 def test_an_eval_folder_that_is_a_link_is_not_followed(tmp_path):
@@ -231,6 +234,7 @@ def test_an_eval_folder_that_is_a_link_is_not_followed(tmp_path):
     run_dir.mkdir()
     (run_dir / "eval").symlink_to(elsewhere / "eval")
     assert evaluations.read(run_dir) == ([], [f"{run_dir / 'eval'}: not a directory"])
+    tried("eval records")
 
 
 def test_the_node_side_reads_what_the_play_wrote(tmp_path):
@@ -275,3 +279,4 @@ def test_a_damaged_or_hostile_job_yaml_is_refused_naming_it(trained):
     os.mkfifo(job_yaml)  # a pipe must not hang the command
     with pytest.raises(HpctrainError, match="cannot read .*job.yaml"):
         evaluate.plan(run, "latest")
+    tried("eval job.yaml", 5)

@@ -2,9 +2,11 @@
 program's own command), read what it reports, write one record into the trained run.
 
 Run by the bootstrap as the evaluation job's program (`-m _hpctrain_rank.after.evaluate ARGS
--- COMMAND...`), under the run's interpreter, so stdlib only. The command is a child process:
-its output is read back from a file it writes, and a crash or a missing file is a record with
-status "failed" and the reason, not a silent gap in the curve.
+-- COMMAND...`), under the run's interpreter, so stdlib only. A program under the plain contract
+runs in this process, as the bootstrap runs a training (its CPU shims and `hpctrain_progress`
+are already here); a library's play is a child process in its own folder. Either way the result
+is read back from a file it writes, and a crash or a missing file is a record with status
+"failed" and the reason, not a silent gap in the curve.
 
 The record (RUN_DIR/eval/<checkpoint key>.json) is what `status`, `report`, `plot --eval` and
 `eval --checkpoint best` read back (hpctrain/runs/evaluations.py checks and bounds it).
@@ -17,6 +19,7 @@ import json
 import math
 import os
 import re
+import runpy
 import signal
 import subprocess
 import sys
@@ -49,7 +52,13 @@ def _count(value):
 
 def from_program(out_dir: str) -> dict:
     """The plain contract: the program wrote JSON to $HPCTRAIN_EVAL_RESULT (docs/evaluate.md)."""
-    data = read_json(os.path.join(out_dir, RESULT_NAME), MAX_RESULT)
+    path = os.path.join(out_dir, RESULT_NAME)
+    try:
+        data = read_json(path, MAX_RESULT)
+    except FileNotFoundError:
+        raise ValueError(f"the program wrote no result to $HPCTRAIN_EVAL_RESULT ({path}): when "
+                         "$HPCTRAIN_EVAL_CHECKPOINT is set it evaluates that checkpoint and writes "
+                         "its mean_return there (docs/evaluate.md)") from None
     if not isinstance(data, dict):
         raise ValueError(f"$HPCTRAIN_EVAL_RESULT holds {type(data).__name__}, not a JSON object")
     mean = _number(data.get("mean_return"))
@@ -117,19 +126,44 @@ def _argv(command: list[str]) -> list[str]:
     return list(command)
 
 
+def in_process(command: list[str]) -> int:
+    """Run a Python program here, as the bootstrap does (rank/before/bootstrap.run_program)."""
+    if command[0] == "-m":
+        sys.argv = command[1:]
+        run = lambda: runpy.run_module(command[1], run_name="__main__", alter_sys=True)  # noqa: E731
+    else:
+        sys.argv = list(command)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(command[0])))
+        run = lambda: runpy.run_path(command[0], run_name="__main__")  # noqa: E731
+    try:
+        run()
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    return 0
+
+
 def run_command(ns) -> tuple[int, str]:
     """The command's exit status and, when it ended badly, why."""
     command = list(ns.command)
     if os.environ.get("HPCTRAIN_CPU_MODE") == "1":
         command += [a for a in ns.cpu_arg if a not in command]
-    env = dict(os.environ, HPCTRAIN_EVAL_CHECKPOINT=os.path.join(ns.run, ns.checkpoint),
+    env = dict(HPCTRAIN_EVAL_CHECKPOINT=os.path.join(ns.run, ns.checkpoint),
                HPCTRAIN_EVAL_EPISODES=str(ns.episodes), HPCTRAIN_EVAL_SEED=str(ns.seed),
                HPCTRAIN_EVAL_RESULT=os.path.join(ns.out, RESULT_NAME))
     if ns.steps is not None:
         env["HPCTRAIN_EVAL_STEPS"] = str(ns.steps)
     print(f"hpctrain: evaluate {ns.checkpoint} ({ns.method}): {' '.join(command)}",
           file=sys.stderr, flush=True)
-    child = subprocess.Popen(_argv(command), env=env, cwd=ns.out if ns.in_out else None)
+    if not ns.in_out and (command[0] == "-m" or command[0].endswith(".py")):
+        os.environ.update(env)
+        status = in_process(command)
+        return status, (f"the program exited with status {status} (see this task's log)"
+                        if status else "")
+    child = subprocess.Popen(_argv(command), env=dict(os.environ, **env),
+                             cwd=ns.out if ns.in_out else None)
 
     def forward(signum, _frame):  # the job's end (scancel, a time limit) ends the play too
         child.send_signal(signum)
