@@ -167,17 +167,13 @@ def cmd_submit(args) -> int:
 
 def cmd_eval(args) -> int:
     import shlex
-    import msgspec
     from .follow.operate import resolve
     from .job.evaluate import plan
-    from .submission import prepare, submit_prepared
+    from .submission import prepare_derived, submit_prepared
     ev = plan(resolve(args.run), args.checkpoint, args.every, args.episodes, args.steps)
     for why in ev.skipped:
         print(f"warning: checkpoint {why}: not evaluated", file=sys.stderr)
-    prep = prepare(ev.job, ev.run_id)
-    # run.json says which run this evaluates (status and report of the evaluation show it).
-    prep = msgspec.structs.replace(prep, record={"extra": {
-        "python": list(prep.plan.host_python), "evaluates": str(ev.source.run.path)}})
+    prep = prepare_derived(ev.job, ev.run_id, ev.source.run.path, "evaluation")
     run = ev.source.run
     print(f"evaluating run {run.id}: {len(ev.chosen)} checkpoint(s), {ev.rule}")
     for i, c in enumerate(ev.chosen):

@@ -183,8 +183,8 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
     if st.submitted:
         lines.append(f"submitted {st.submitted}")
     lines.append(f"directory {st.path}")
-    if st.evaluates:
-        lines.append(shown(f"evaluates {st.evaluates}"))
+    if st.derived_from:
+        lines.append(shown(f"{st.derived_from['purpose'][:40]} of {st.derived_from['run']}"))
     table = evaluation_lines(st.evaluations, st.evaluation_problems)
     if table:
         lines += ["", "evaluation", *table]

@@ -57,8 +57,8 @@ class RunStatus(msgspec.Struct, kw_only=True):
     # that could not be read.
     evaluations: list[dict] = []
     evaluation_problems: list[str] = []
-    # An evaluation run: the run it evaluates.
-    evaluates: str | None = None
+    # A job derived from a run (an evaluation): {"run": its directory, "purpose": "evaluation"}.
+    derived_from: dict | None = None
 
     def to_json(self) -> dict:
         d = msgspec.to_builtins(self)
@@ -134,7 +134,10 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
     excluded = read_excluded(str(run.path))
     attempts = startup.attempts(str(run.path), rec.submitted)
     evals, problems = evaluations.read(run.path)
-    evaluates = rec.extra.get("evaluates")
+    derived = rec.extra.get("derived_from")
+    derived = ({"run": derived["run"], "purpose": derived["purpose"]}
+               if isinstance(derived, dict) and isinstance(derived.get("run"), str)
+               and isinstance(derived.get("purpose"), str) else None)
     return RunStatus(run_id=run.id, name=rec.name, site=rec.site, backend=rec.backend,
                      job=str(rec.job_id), path=str(run.path), submitted=rec.submitted,
                      nodes=rec.nodes, ranks_per_node=rec.procs_per_node, state=state,
@@ -149,7 +152,7 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
                      jobs=[str(j) for j in rec.jobs],
                      startup=attempts, replacements=startup.replacements(str(run.path), attempts),
                      evaluations=evaluations.as_json(evals), evaluation_problems=problems,
-                     evaluates=evaluates if isinstance(evaluates, str) else None)
+                     derived_from=derived)
 
 
 

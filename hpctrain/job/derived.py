@@ -17,6 +17,8 @@ from ..errors import HpctrainError
 from ..runs.records import Run, new_run_id, run_path
 from ..runs.snapshot import CODE_DIR
 from ..runs.untrusted import job_doc
+from ..libraries import adapter
+from .checks import runs_isaaclab
 from .load import Job, Task, load_job
 from .plan import make_plan
 
@@ -70,6 +72,12 @@ def one_rank(source: FromRun, name: str, program: list[str], env: dict[str, str]
     `program` ([script or -m, module, *args], under the bootstrap) in the run's code, with the
     run's environment plus `env`, no requeue, and its run directory beside the run's."""
     doc = {k: v for k, v in source.doc.items() if k not in _TRAINING_ONLY}
+    container = doc.get("container")
+    if isinstance(container, dict) and container.get("isaac_sim_caches") is None \
+            and runs_isaaclab(adapter(source.job.spec.library), source.job.spec):
+        # The run's Isaac Sim caches stay bound: the derived job's program is not Isaac Lab's
+        # train, but what it starts is Isaac Lab (containers.plan decides by the library).
+        doc["container"] = {**container, "isaac_sim_caches": True}
     res = dict(doc.get("resources") or {})
     res.update(nodes=1, procs_per_node=1, spare_nodes=0,
                gpus_per_node=min(1, int(res.get("gpus_per_node") or 0)))

@@ -35,7 +35,7 @@ def test_plain_program_trains_then_every_checkpoint_is_evaluated(cli, tmp_path):
     assert returns[0] < returns[-1] <= 0, returns  # training made the policy better
     shown = cli("status", run_dir.name).stdout
     assert "best by evaluation (highest mean return): checkpoints/model_30.pt" in shown, shown
-    assert f"evaluates {run_dir}" in cli("status", eval_dir.name).stdout
+    assert f"evaluation of {run_dir}" in cli("status", eval_dir.name).stdout
     report = json.loads(cli("report", run_dir.name, "--json").stdout)
     assert [e["mean_return"] for e in report["evaluations"]] == returns
 

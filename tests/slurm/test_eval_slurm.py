@@ -30,7 +30,7 @@ def test_eval_all_is_one_array_on_the_cluster(cli, cluster, tmp_path):
     st = status_json(cli, eval_job)
     assert st["state"]["state"] == "COMPLETED", st
     assert [t["job"] for t in st["state"]["tasks"]] == [f"{eval_job}_{i}" for i in range(3)]
-    assert st["evaluates"] == str(run_dir)
+    assert st["derived_from"] == {"run": str(run_dir), "purpose": "evaluation"}
     evals = status_json(cli, run_dir.name)["evaluations"]
     assert [e["iteration"] for e in evals] == [10, 20, 30], evals
     assert all(e["status"] == "ok" and e["eval_run"] == eval_dir.name and e["seed"] == 5

@@ -280,3 +280,22 @@ def test_a_damaged_or_hostile_job_yaml_is_refused_naming_it(trained):
     with pytest.raises(HpctrainError, match="cannot read .*job.yaml"):
         evaluate.plan(run, "latest")
     tried("eval job.yaml", 5)
+
+
+def test_a_containered_isaaclab_run_is_evaluated_in_its_container_with_its_caches(
+        trained, tmp_path):
+    """The derived job runs `command` (the evaluation's wrapper), which alone would not bind
+    Isaac Sim's caches: the run's do."""
+    (tmp_path / "containers.yaml").write_text(
+        "name: containers\nscheduler: slurm\ncontainers: {runtimes: [apptainer], "
+        "cache_dir: /scratch/isaac-sim}\n")
+    job = {"name": "boxed", "library": "rsl_rl", "task": "Isaac-Cartpole",
+           "isaaclab": "/workspace/isaaclab", "isaaclab_version": "3.0.0", "python": "python3",
+           "resources": {"nodes": 2, "gpus_per_node": 4},
+           "container": {"runtime": "apptainer", "image": "/images/lab.sif"}}
+    run = trained(job, site=str(tmp_path / "containers.yaml"),
+                  files=["logs/rsl_rl/cartpole/hpctrain/model_5.pt"])
+    spec = evaluate.plan(run, "latest").job.spec
+    assert spec.container.image == "/images/lab.sif" and spec.container.isaac_sim_caches is True
+    assert spec.python == "python3" and spec.resources.gpus_per_node == 1
+    assert spec.script == "-m" and "--rl_library" in spec.args
