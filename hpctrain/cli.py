@@ -170,7 +170,8 @@ def cmd_eval(args) -> int:
     from .follow.operate import resolve
     from .job.evaluate import plan
     from .submission import prepare_derived, submit_prepared
-    ev = plan(resolve(args.run), args.checkpoint, args.every, args.episodes, args.steps)
+    ev = plan(resolve(args.run), args.checkpoint, args.every, args.episodes, args.steps,
+              args.time)
     for why in ev.skipped:
         print(f"warning: checkpoint {why}: not evaluated", file=sys.stderr)
     prep = prepare_derived(ev.job, ev.run_id, ev.source.run.path, "evaluation")
@@ -596,6 +597,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=10, help="episodes per checkpoint (Isaac "
                    "Lab: environments played at once; default 10)")
     p.add_argument("--steps", type=int, help="steps played (Isaac Lab; default 1000)")
+    p.add_argument("--time", help="each evaluation's time limit, e.g. 00:30:00 (default: the "
+                   "run's)")
     p.add_argument("--dry-run", action="store_true", help="print the job script, submit nothing")
     p.add_argument("--wait", action="store_true", help="wait for it and print the results")
     p.add_argument("--ranks", action="store_true", help=argparse.SUPPRESS)

@@ -67,10 +67,12 @@ def from_run(run: Run) -> FromRun:
     return FromRun(run=run, job=job, doc=doc, workdir=plan.workdir, python=list(plan.python))
 
 
-def one_rank(source: FromRun, name: str, program: list[str], env: dict[str, str]) -> Job:
+def one_rank(source: FromRun, name: str, program: list[str], env: dict[str, str],
+             time: str | None = None) -> Job:
     """The run's job turned into one rank on one node (one GPU if it trained on GPUs) that runs
     `program` ([script or -m, module, *args], under the bootstrap) in the run's code, with the
-    run's environment plus `env`, no requeue, and its run directory beside the run's."""
+    run's environment plus `env`, no requeue, and its run directory beside the run's; `time`:
+    its time limit (default the run's)."""
     doc = {k: v for k, v in source.doc.items() if k not in _TRAINING_ONLY}
     container = doc.get("container")
     if isinstance(container, dict) and container.get("isaac_sim_caches") is None \
@@ -81,12 +83,19 @@ def one_rank(source: FromRun, name: str, program: list[str], env: dict[str, str]
     res = dict(doc.get("resources") or {})
     res.update(nodes=1, procs_per_node=1, spare_nodes=0,
                gpus_per_node=min(1, int(res.get("gpus_per_node") or 0)))
+    if time is not None:
+        res["time"] = time
     doc.update(name=name, library="command", script=program[0], args=list(program[1:]),
                resources=res, snapshot=False, runs_dir=source.runs_dir,
                python=shlex.join(source.python),
                env={**(doc.get("env") or {}), **env},
                preemption={**(doc.get("preemption") or {}), "enabled": False})
-    job = load_job(doc, site=source.job.site_ref)
+    try:
+        job = load_job(doc, site=source.job.site_ref)
+    except HpctrainError as exc:
+        if time is not None and "'resources.time'" in exc.what:
+            raise HpctrainError(f"{time!r} is not a time limit", "--time", exc.fix) from None
+        raise
     return msgspec.structs.replace(job, workdir=source.workdir, source=source.job.source)
 
 

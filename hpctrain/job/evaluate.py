@@ -27,7 +27,7 @@ _SAFE_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._
 _CHOICE = re.compile(r"latest|best|all|[0-9]{1,12}")
 
 
-class Evaluation(msgspec.Struct, frozen=True, kw_only=True):
+class EvalPlan(msgspec.Struct, frozen=True, kw_only=True):
     job: Job
     run_id: str
     source: FromRun
@@ -64,7 +64,7 @@ def _choose(source: FromRun, which: str, every: int | None,
         pick = found[::step]
         if found and pick[-1] is not found[-1]:
             pick.append(found[-1])  # the last one is always evaluated
-        return pick, "every checkpoint" if step == 1 else f"every {step}th checkpoint and the last"
+        return pick, "every checkpoint" if step == 1 else f"one checkpoint in {step}, and the last"
     n = int(which)
     pick = [c for c in found if c.iteration == n][-1:]
     if not pick:
@@ -75,7 +75,7 @@ def _choose(source: FromRun, which: str, every: int | None,
 
 
 def plan(run: Run, which: str = "latest", every: int | None = None, episodes: int = 10,
-         steps: int | None = None) -> Evaluation:
+         steps: int | None = None, time: str | None = None) -> EvalPlan:
     if not _CHOICE.fullmatch(which):
         raise HpctrainError(f"--checkpoint {which!r}: not latest, best, all or an iteration",
                             fix="e.g. --checkpoint all, --checkpoint 50")
@@ -123,7 +123,12 @@ def plan(run: Run, which: str = "latest", every: int | None = None, episodes: in
             wrapper.append("--in-out")
         wrapper += [f"--cpu-arg={a}" for a in play.cpu_args]
         program = ["-m", EVAL_MODULE, *wrapper, "--", *play.command]
-        job = one_rank(source, name, program, {})
+        if not jobs:
+            job = one_rank(source, name, program, {}, time)
+        else:  # the same job but for its program's arguments: validated once, not per checkpoint
+            first = jobs[0][1]
+            job = msgspec.structs.replace(first, spec=msgspec.structs.replace(
+                first.spec, script=program[0], args=program[1:]))
         jobs.append(({"iteration": ckpt.iteration, "checkpoint": os.path.basename(ckpt.path)}, job))
-    return Evaluation(job=as_array(jobs), run_id=run_id, source=source, chosen=chosen, rule=rule,
+    return EvalPlan(job=as_array(jobs), run_id=run_id, source=source, chosen=chosen, rule=rule,
                       skipped=skipped)

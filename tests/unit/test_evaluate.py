@@ -299,3 +299,11 @@ def test_a_containered_isaaclab_run_is_evaluated_in_its_container_with_its_cache
     assert spec.container.image == "/images/lab.sif" and spec.container.isaac_sim_caches is True
     assert spec.python == "python3" and spec.resources.gpus_per_node == 1
     assert spec.script == "-m" and "--rl_library" in spec.args
+
+
+def test_time_is_the_runs_unless_given_and_checked_as_a_job_file_would_be(trained):
+    run = trained(files=["checkpoints/model_1.pt"])
+    assert evaluate.plan(run).job.spec.resources.time == "01:00:00"
+    assert evaluate.plan(run, time="00:20:00").job.spec.resources.time == "00:20:00"
+    with pytest.raises(HpctrainError, match="--time: .soon. is not a time limit"):
+        evaluate.plan(run, time="soon")
