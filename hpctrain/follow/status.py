@@ -54,7 +54,7 @@ class RunStatus(msgspec.Struct, kw_only=True):
     # {job_id, attempt, out, in, why, back_s (from the failure to the next first step)}.
     replacements: list[dict] = []
     # The run's evaluation records (runs/evaluations.py), by iteration, and one line per record
-    # that could not be read.
+    # that could not be read: read for one run's status (with_evaluations), not for `list`.
     evaluations: list[dict] = []
     evaluation_problems: list[str] = []
     # A job derived from a run (an evaluation): {"run": its directory, "purpose": "evaluation"}.
@@ -133,7 +133,6 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
     progress = of_run(str(run.path), rec.array_size)
     excluded = read_excluded(str(run.path))
     attempts = startup.attempts(str(run.path), rec.submitted)
-    evals, problems = evaluations.read(run.path)
     derived = rec.extra.get("derived_from")
     derived = ({"run": derived["run"], "purpose": derived["purpose"]}
                if isinstance(derived, dict) and isinstance(derived.get("run"), str)
@@ -151,7 +150,6 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
                      history=_history(str(run.path), excluded),
                      jobs=[str(j) for j in rec.jobs],
                      startup=attempts, replacements=startup.replacements(str(run.path), attempts),
-                     evaluations=evaluations.as_json(evals), evaluation_problems=problems,
                      derived_from=derived)
 
 
@@ -232,6 +230,13 @@ def gather_many(runs: list[Run], live: bool = True, follow: bool = True) -> list
 
 def gather(run: Run, live: bool = True) -> RunStatus:
     return gather_many([run], live)[0]
+
+
+def with_evaluations(st: RunStatus) -> RunStatus:
+    """The status with the run's evaluation records, read back bounded."""
+    found, st.evaluation_problems = evaluations.read(Path(st.path))
+    st.evaluations = evaluations.as_json(found)
+    return st
 
 
 def recent(limit: int = 20, live: bool = True) -> list[RunStatus]:

@@ -24,7 +24,7 @@ from .untrusted import Unreadable, json_record, read_regular
 
 MAX_CHECKPOINTS = 10_000  # checkpoints one run may list
 MAX_EVALS = 10_000  # evaluation records read from one run
-MAX_EVAL_BYTES = 64 << 10  # one record (rank/after/evaluate.py writes ~500 bytes)
+MAX_EVAL_BYTES = 16 << 10  # one record (rank/after/evaluate.py writes ~600 bytes): 160 MB in all
 _ITERATION = re.compile(r"(\d+)")
 
 

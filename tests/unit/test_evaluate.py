@@ -307,3 +307,13 @@ def test_time_is_the_runs_unless_given_and_checked_as_a_job_file_would_be(traine
     assert evaluate.plan(run, time="00:20:00").job.spec.resources.time == "00:20:00"
     with pytest.raises(HpctrainError, match="--time: .soon. is not a time limit"):
         evaluate.plan(run, time="soon")
+
+
+def test_the_python_handle_reads_the_records(trained):
+    from hpctrain.follow.handle import Handle
+    run = trained(files=["checkpoints/model_1.pt"])
+    record(run.path, "checkpoints/model_1.pt", iteration=1, mean_return=0.5)
+    assert [e["mean_return"] for e in Handle(run).evaluations()] == [0.5]
+    (run.path / "eval" / "checkpoints_model_2.pt.json").write_text("[]")
+    with pytest.raises(HpctrainError, match="1 evaluation record.s. cannot be read"):
+        Handle(run).evaluations()
