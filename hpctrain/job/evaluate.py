@@ -50,9 +50,7 @@ def _choose(source: FromRun, which: str, every: int | None,
         done, _ = evaluations.read(run.path)
         top = evaluations.best(done)
         if top is None:
-            raise HpctrainError(f"run {run.id} has no evaluation yet: 'best' is best by "
-                                "evaluation (the highest mean return), not by training reward",
-                                fix=f"hpctrain eval {run.id} --checkpoint all (or --every K) first")
+            return _best_by_training(source, found)
         pick = [c for c in found if c.path == top.checkpoint]
         if not pick:
             raise HpctrainError(f"the best evaluated checkpoint {top.checkpoint} of run {run.id} "
@@ -72,6 +70,31 @@ def _choose(source: FromRun, which: str, every: int | None,
         raise HpctrainError(f"run {run.id} has no checkpoint of iteration {n}",
                             fix=f"one of its iterations ({have or 'none numbered'}), or latest")
     return pick, f"the checkpoint of iteration {n}"
+
+
+def _best_by_training(source: FromRun, found: list[evaluations.Checkpoint]
+                      ) -> tuple[list[evaluations.Checkpoint], str]:
+    """With no evaluation yet: the checkpoint whose iteration has the highest value of the
+    library's main metric on the training curve (its TensorBoard events), said so."""
+    from ..follow.curves import read_run
+    run, spec = source.run, source.job.spec
+    try:
+        scalars = read_run(str(run.path))
+    except HpctrainError:  # no event files, or no tensorboard to read them
+        scalars = []
+    for tag in adapter(spec.library).main_scalars:
+        for curve in (s.curve(tag) for s in scalars if tag in s.tags):
+            at = dict(zip(curve.steps, curve.values))
+            scored = [(at[c.iteration], c) for c in found if c.iteration in at]
+            if scored:
+                value, best = max(scored, key=lambda p: (p[0], p[1].iteration))
+                return [best], (f"best by training, no evaluation yet: the highest {tag} "
+                                f"({value:.6g}) at a checkpoint's iteration (after an eval "
+                                "--checkpoint all, best is by evaluation)")
+    raise HpctrainError(f"run {run.id} has no evaluation yet and no training curve of "
+                        f"{' or '.join(adapter(spec.library).main_scalars) or 'a main metric'} "
+                        "at its checkpoints' iterations: no rule can say which is best",
+                        fix=f"hpctrain eval {run.id} --checkpoint all (or --every K) first")
 
 
 def plan(run: Run, which: str = "latest", every: int | None = None, episodes: int = 10,

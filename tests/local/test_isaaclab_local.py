@@ -40,7 +40,11 @@ def evaluate_every_checkpoint(cli, run_dir):
     run's seed; the records land in the run and status, report --json and plot --eval show them."""
     saved = sorted(checkpoints(run_dir))
     assert saved == [0, ITERATIONS - 1], saved
+    before = cli("eval", run_dir.name, "--checkpoint", "best", "--dry-run").stdout
+    assert "best by training, no evaluation yet: the highest Train/mean_reward" in before, before
     _, evals = evaluated(cli, run_dir, "--checkpoint", "all")
+    after = cli("eval", run_dir.name, "--checkpoint", "best", "--dry-run").stdout
+    assert "best by evaluation: the highest mean return" in after, after
     assert [e["iteration"] for e in evals] == saved, evals
     assert "best by evaluation" in cli("status", run_dir.name).stdout
     assert cli("report", run_dir.name, "--json").stdout.count('"mean_return"') == 2

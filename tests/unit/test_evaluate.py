@@ -90,7 +90,7 @@ def test_every_latest_iteration_and_their_mistakes(trained):
     for args, said in ((("41",), "no checkpoint of iteration 41"),
                        (("newest",), "not latest, best, all or an iteration"),
                        (("latest", 2), "--every K takes every K-th"),
-                       (("best",), "has no evaluation yet: 'best' is best by evaluation")):
+                       (("best",), "has no evaluation yet and no training curve of a main")):
         with pytest.raises(HpctrainError, match=said):
             evaluate.plan(run, *args)
     with pytest.raises(HpctrainError, match="no checkpoint to evaluate"):
