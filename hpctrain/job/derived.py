@@ -46,6 +46,13 @@ def from_run(run: Run) -> FromRun:
                             f"{'a login node' if rec.extra.get('remote') else 'slurmrestd'}: "
                             "its checkpoints are there, not here",
                             fix="run this command on that cluster's login node")
+    ssh = rec.extra.get("ssh")
+    if isinstance(ssh, dict) and ssh.get("sync") == "rsync":
+        raise HpctrainError(f"run {run.id} ran on workstations without a shared file system "
+                            "(sync: rsync): a job derived from it would write its results into "
+                            "the hosts' copies of the run, which are not brought back",
+                            fix="evaluate on a site whose run directories the hosts share "
+                            "(sync: shared), or copy the checkpoint into a run there")
     if rec.kind != "command" or rec.array_size or rec.script is None:
         what = "a sweep" if rec.array_size else f"a {rec.kind} run"
         raise HpctrainError(f"run {run.id} is {what}: a job derived from a run is derived "

@@ -124,6 +124,13 @@ def test_a_sweep_or_a_study_is_not_one_trained_job(trained):
         evaluate.plan(sweep, "all")
 
 
+def test_a_run_on_workstations_without_shared_storage_is_refused(trained):
+    run = trained(files=["checkpoints/model_1.pt"])
+    run.update(extra=dict(run.record.extra, ssh={"hosts": ["ws1"], "sync": "rsync"}))
+    with pytest.raises(HpctrainError, match="without a shared file system .sync: rsync."):
+        evaluate.plan(run, "latest")
+
+
 def test_isaaclab3_plays_the_benchmark_bounded_with_the_training_overrides(tmp_path):
     spec = load_job({"name": "c", "library": "rsl_rl", "task": "Isaac-Cartpole",
                      "isaaclab": "/opt/lab", "isaaclab_version": "3.0.0", "seed": 42,
