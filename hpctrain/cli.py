@@ -169,6 +169,49 @@ def cmd_submit(args) -> int:
     return _wait(args, run, notify)
 
 
+def cmd_eval(args) -> int:
+    import shlex
+    from .follow.operate import resolve
+    from .job.evaluate import plan
+    from .submission import prepare_derived, submit_prepared
+    ev = plan(resolve(args.run), args.checkpoint, args.every, args.episodes, args.steps,
+              args.time)
+    for why in ev.skipped:
+        print(f"warning: checkpoint {why}: not evaluated", file=sys.stderr)
+    prep = prepare_derived(ev.job, ev.run_id, ev.source.run.path, "evaluation")
+    run = ev.source.run
+    print(f"evaluating run {run.id}: {len(ev.chosen)} checkpoint(s), {ev.rule}")
+    for i, c in enumerate(ev.chosen):
+        if len(ev.chosen) > 15 and 10 <= i < len(ev.chosen) - 5:
+            if i == 10:
+                print(f"  ... {len(ev.chosen) - 15} more")
+            continue
+        print(f"  {c.path}" + (f"  (iteration {c.iteration})" if c.iteration is not None else ""))
+    if args.dry_run:
+        print(f"# would run: {shlex.join(prep.submit_command)}")
+        print(f"# run directory: {prep.run_dir}")
+        sys.stdout.write(prep.script)
+        return 0
+    from .submission import collisions
+    warned = collisions(prep)  # an evaluation that can never start is refused here
+    for w in warned:
+        print(f"warning: {w}", file=sys.stderr)
+    erun = submit_prepared(prep, warned=warned)
+    rec = erun.record
+    print(f"submitted {rec.name}  run {erun.id}  job {rec.job_id}  on {rec.site}"
+          + (f"  ({rec.array_size} tasks)" if rec.array_size else ""))
+    print(f"run directory: {erun.path}")
+    print(f"results: {run.path / 'eval'} (hpctrain status {run.id})", flush=True)
+    code = _wait(args, erun)
+    if args.wait:
+        from .follow.display import evaluation_lines
+        from .runs.evaluations import as_json, read
+        evals, problems = read(run.path)
+        for line in evaluation_lines(as_json(evals), problems):
+            print(line)
+    return code
+
+
 def _env_set(name: str) -> bool:
     import os
     return bool(os.environ.get(name))
@@ -411,6 +454,9 @@ def cmd_plot(args) -> int:
     from .follow.display import plot_summary
     run, study = _study(args.run)
     if study:
+        if args.eval:
+            raise HpctrainError("a study is evaluated trial by trial: --eval draws one run's",
+                                fix="hpctrain plot RUN_DIR/trials/<n> --eval")
         if args.metric:
             raise HpctrainError("a study's plot draws the metric its trials report to the pruner: "
                                 "no --metric", fix=f"hpctrain plot {args.run} (a trial's own "
@@ -418,6 +464,10 @@ def cmd_plot(args) -> int:
         from .rank.printable import shown
         from .search import methods
         print(shown(methods.of(run).plot(run, args.out)))
+        return 0
+    if args.eval:
+        from .follow.plot import plot_evaluation
+        print(plot_summary(plot_evaluation(run, args.metric, args.out)))
         return 0
     print(plot_summary(plot(run, args.metric, args.out)))
     return 0
@@ -568,6 +618,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds to wait for the check job (default 900)")
     p.set_defaults(func=cmd_doctor)
 
+    p = sub.add_parser("eval", help="evaluate a run's checkpoints: a job on the run's site with its "
+                       "code, interpreter and container, one rank, the library's bounded play; "
+                       "the results are records in the run")
+    p.add_argument("run", help="run id, run directory or Slurm job id")
+    p.add_argument("--checkpoint", default="latest", metavar="latest|best|N|all",
+                   help="which: the newest (default), the best by evaluation, iteration N, or "
+                   "all of them as one job array")
+    p.add_argument("--every", type=int, metavar="K", help="with --checkpoint all: every K-th "
+                   "checkpoint (and the last)")
+    p.add_argument("--episodes", type=int, default=10, help="episodes per checkpoint (Isaac "
+                   "Lab: environments played at once; default 10)")
+    p.add_argument("--steps", type=int, help="steps played (Isaac Lab; default 1000)")
+    p.add_argument("--time", help="each evaluation's time limit, e.g. 00:30:00 (default: the "
+                   "run's)")
+    p.add_argument("--dry-run", action="store_true", help="print the job script, submit nothing")
+    p.add_argument("--wait", action="store_true", help="wait for it and print the results")
+    p.add_argument("--ranks", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_eval)
+
     p = sub.add_parser("status", help="a run's state, training progress, nodes, time and failed "
                        "ranks; a study's trials and best; no RUN: recent runs")
     p.add_argument("run", nargs="?", help="run id, run directory or Slurm job id (1234, 1234_5)")
@@ -599,6 +668,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a metric to draw: its TensorBoard tag, a glob, or part of its name "
                    "(repeatable; default: the library's main metric first, then the others)")
     p.add_argument("--out", help="the PNG to write (default RUN_DIR/plots/curves.png)")
+    p.add_argument("--eval", action="store_true", help="the evaluations (`hpctrain eval`) "
+                   "against iteration beside the training curve (default "
+                   "RUN_DIR/plots/evaluation.png)")
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("report", help="what a run (or sweep) cost and how well it used its GPUs: "

@@ -179,6 +179,15 @@ def _prepare_study(job: Job, run_id: str, run_dir: Path, code_dir: str | None,
                                                 "python": python}}})
 
 
+def prepare_derived(job: Job, run_id: str, source: Path, purpose: str) -> Prepared:
+    """A job derived from a run (job/derived.py: an evaluation, an export), prepared as any job;
+    its run.json names the run it was derived from and why (`status` shows it)."""
+    prep = prepare(job, run_id)
+    return msgspec.structs.replace(prep, record={"extra": {
+        "python": list(prep.plan.host_python),
+        "derived_from": {"run": str(source), "purpose": purpose}}})
+
+
 def snapshot_source(prep: Prepared):
     """What the snapshot of a prepared submission copies (snapshot.Source), size checked; None
     when the job runs the live tree. Nothing is written."""

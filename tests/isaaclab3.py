@@ -70,3 +70,22 @@ def checkpoints(run_dir: Path) -> dict[int, Path]:
     """rank 0's model_<iteration>.pt files, by iteration."""
     found = run_dir.glob("logs/rsl_rl/cartpole/hpctrain/model_*.pt")
     return {int(p.stem.split("_")[1]): p for p in found}
+
+
+def evaluated(cli, run_dir: Path, *args: str) -> tuple[Path, list[dict]]:
+    """`hpctrain eval RUN ARGS --wait` (8 environments x 320 steps: past Cartpole's 300-step
+    episodes): the evaluation's run directory and the run's records, each checked played."""
+    from tests.conftest import submitted
+    proc = cli("eval", run_dir.name, *args, "--episodes", "8", "--steps", "320", "--wait",
+               timeout=600)
+    _, eval_dir = submitted(proc.stdout)
+    st = json.loads(cli("status", run_dir.name, "--json").stdout)
+    evals = st["evaluations"]
+    logs = "".join(p.read_text(errors="replace")[-3000:] for p in sorted(
+        eval_dir.glob("**/logs/rank-0.log")))
+    assert evals and not st["evaluation_problems"], (proc.stdout, st["evaluation_problems"], logs)
+    for e in evals:
+        assert e["status"] == "ok" and e["method"] == "isaaclab benchmark play", (e, logs)
+        assert math.isfinite(e["mean_return"]) and 0 < e["episode_length"] <= 300, e
+        assert e["seed"] == 42 and e["eval_run"] == eval_dir.name, e
+    return eval_dir, evals

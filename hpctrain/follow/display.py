@@ -124,6 +124,29 @@ def _running(state: JobState) -> bool:
     return not state.done
 
 
+def evaluation_lines(rows: list[dict], problems: list[str]) -> list[str]:
+    """The evaluation table of a run: one row per checkpoint (runs/evaluations.as_json)."""
+    if not rows and not problems:
+        return []
+
+    def num(v, fmt="{:.4g}"):
+        return "-" if v is None else fmt.format(v)
+    out = [f"{'iteration':>9}  {'mean return':>11}  {'ep length':>9}  {'success':>7}  checkpoint"]
+    for e in rows:
+        it = "-" if e["iteration"] is None else str(e["iteration"])
+        if e["status"] != "ok":
+            out.append(shown(f"{it:>9}  failed: {e.get('error') or 'no result'}  {e['checkpoint']}"))
+            continue
+        out.append(shown(f"{it:>9}  {num(e['mean_return']):>11}  {num(e['episode_length']):>9}  "
+                         f"{num(e['success_rate'], '{:.0%}'):>7}  {e['checkpoint']}"))
+    scored = [e for e in rows if e["status"] == "ok" and e["mean_return"] is not None]
+    if scored:
+        top = max(scored, key=lambda e: (e["mean_return"], e["iteration"] or 0))
+        out.append(shown(f"best by evaluation (highest mean return): {top['checkpoint']}"))
+    out += [shown(f"unreadable: {p}") for p in problems]
+    return out
+
+
 def format_status(st: RunStatus, ranks: bool = False) -> str:
     s = st.state
     lines = [
@@ -160,6 +183,11 @@ def format_status(st: RunStatus, ranks: bool = False) -> str:
     if st.submitted:
         lines.append(f"submitted {st.submitted}")
     lines.append(f"directory {st.path}")
+    if st.derived_from:
+        lines.append(shown(f"{st.derived_from['purpose'][:40]} of {st.derived_from['run']}"))
+    table = evaluation_lines(st.evaluations, st.evaluation_problems)
+    if table:
+        lines += ["", "evaluation", *table]
     if s.tasks:
         by_task = {p.task: p for p in st.progress}
         job_w = max([4] + [len(t.job or str(i)) for i, t in enumerate(s.tasks)])
@@ -322,6 +350,13 @@ def plot_summary(drawn: "Plot") -> str:
                      f"starting at step {', '.join(map(str, c.attempt_starts))}")
     if drawn.left_out:
         lines.append(f"({drawn.left_out} more metric(s) not drawn: choose with --metric)")
+    if drawn.evaluated:
+        its = [i for i, _ in drawn.evaluated]
+        best = max(drawn.evaluated, key=lambda p: (p[1], p[0]))
+        lines.append(f"evaluation: {len(its)} checkpoint(s), iterations {its[0]}-{its[-1]}, "
+                     f"best mean return {best[1]:.4g} at iteration {best[0]}")
+    if drawn.note:
+        lines.append(drawn.note)
     lines.append(drawn.path)
     return shown("\n".join(lines))
 

@@ -83,6 +83,17 @@ class Handle:
         from .operate import status
         return status(self.run).progress
 
+    def evaluations(self) -> list[dict]:
+        """The run's evaluation records (`hpctrain eval`), by iteration, as `status --json`
+        shows them; HpctrainError names a record that cannot be read."""
+        from ..runs.evaluations import as_json, read
+        found, problems = read(self.run.path)
+        if problems:
+            raise HpctrainError(f"{len(problems)} evaluation record(s) cannot be read: "
+                                f"{problems[0]}", fix="restore or remove them (hpctrain eval "
+                                "writes them again)")
+        return as_json(found)
+
     def plot(self, metrics: list[str] | None = None, out: str | None = None) -> str:
         """Draw the run's training curves (as `hpctrain plot`); returns the PNG's path."""
         from .plot import plot

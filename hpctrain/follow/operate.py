@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..backends import for_run
 from .logs import follow, read
 from ..runs.records import Run, find
-from .status import RunStatus, gather, wait
+from .status import RunStatus, gather, wait, with_evaluations
 
 
 def resolve(ref: str | Run) -> Run:
@@ -23,7 +23,8 @@ def split_task(ref: str) -> int | None:
 
 
 def status(ref: str | Run) -> RunStatus:
-    return gather(resolve(ref))
+    """One run's status, with its evaluation records (`hpctrain status RUN`)."""
+    return with_evaluations(gather(resolve(ref)))
 
 
 def cancel(ref: str | Run) -> RunStatus:

@@ -21,6 +21,8 @@ class Plot:
     curves: list[Curve]
     shown: list[str]  # the metrics drawn, in panel order
     left_out: int  # metrics there was no panel for (choose them with --metric)
+    evaluated: list[tuple[int, float]] | None = None  # plot --eval: (iteration, mean return)
+    note: str | None = None
 
 
 def main_scalars(library: str) -> tuple[str, ...]:
@@ -151,6 +153,66 @@ def save(fig, path: str, fmt: str, root: str | None) -> None:
         except (RuntimeError, ValueError) as exc:  # a writer this machine lacks (pgf: LaTeX)
             raise HpctrainError(f"cannot write {path} as .{fmt}: {str(exc)[:300]}",
                                 fix="choose another extension (.png, .pdf, .svg)") from None
+
+
+EVAL_PANELS = (("mean_return", "evaluation: mean return"),
+               ("episode_length", "evaluation: episode length"),
+               ("success_rate", "evaluation: success rate"))
+
+
+def draw_evaluation(curves: list[Curve], shown: list[str], evals: list, path: str, title: str,
+                    fmt: str, root: str | None) -> None:
+    """The training curve (its main metric, every task) beside the evaluation against
+    iteration: mean return, and episode length and success rate where they were measured."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    panels = [(key, name) for key, name in EVAL_PANELS
+              if any(getattr(e, key) is not None for e in evals)]
+    n = len(shown) + len(panels)
+    fig = Figure(figsize=(5.2 * n, 3.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, n, squeeze=False).ravel()
+    for ax, tag in zip(axes, shown):
+        for curve in (c for c in curves if c.tag == tag):
+            ax.plot(curve.steps, curve.values, linewidth=1.4)
+        ax.set_title(f"training: {tag}", fontsize=10)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    top = max(evals, key=lambda e: (e.mean_return, e.iteration))
+    for ax, (key, name) in zip(axes[len(shown):], panels):
+        points = [(e.iteration, getattr(e, key)) for e in evals if getattr(e, key) is not None]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", linewidth=1.4)
+        if key == "mean_return":
+            ax.plot([top.iteration], [top.mean_return], marker="*", markersize=14,
+                    linestyle="none", label=f"best: {os.path.basename(top.checkpoint)}")
+            ax.legend(fontsize=7)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("iteration (checkpoint)")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=11)
+    save(fig, path, fmt, root)
+
+
+def plot_evaluation(run: Run, metrics: list[str] | None = None, out: str | None = None) -> Plot:
+    """`plot RUN --eval` (default RUN_DIR/plots/evaluation.png)."""
+    from ..runs.evaluations import read
+    path, fmt, root = figure_path(out, run.path, "evaluation.png")
+    found, _ = read(run.path)
+    evals = [e for e in found if e.status == "ok" and e.mean_return is not None
+             and e.iteration is not None]
+    if not evals:
+        raise HpctrainError(f"run {run.id} has no evaluation with a mean return to draw",
+                            fix=f"hpctrain eval {run.id} --checkpoint all --wait")
+    note = None
+    try:
+        curves, shown, _ = run_curves(run, list(metrics or []), limit=1)
+    except HpctrainError as exc:
+        curves, shown, note = [], [], f"no training curve: {exc.what}"
+    rec = run.record
+    draw_evaluation(curves, shown, evals, path, f"{rec.name}  ({run.id}, {rec.library})", fmt,
+                    root)
+    return Plot(path=path, curves=curves, shown=shown, left_out=0,
+                evaluated=[(e.iteration, e.mean_return) for e in evals], note=note)
 
 
 def plot(run: Run, metrics: list[str] | None = None, out: str | None = None) -> Plot:

@@ -31,12 +31,14 @@ from ..errors import HpctrainError
 from ..rank.printable import shown
 from ..rank.records import RankIdentity, read_identities
 from ..rank.during.sampler import node_file_stem
+from ..runs import evaluations
 from ..runs.records import Run
 from ..runs.untrusted import Budget, job_doc, read_lines, read_regular, writing
 from .progress import TrainingProgress, of_directory
 from .samples import (MAX_ATTEMPTS, MAX_GPUS, MAX_RANK, GpuSamples, SampledAttempt, Samples, integer,
                       number, read_samples)
 from .startup import attempts as startup_attempts, replacements
+from .display import evaluation_lines
 
 MAX_SAMPLES = 500_000  # samples read per run (or sweep task) directory, all nodes together
 MAX_USAGE_BYTES = 256 << 20  # bytes read per run (or sweep task) directory
@@ -114,6 +116,9 @@ class Report(msgspec.Struct, kw_only=True):
     tasks: list["Report"] = []  # a sweep's
     by_cost: list[int] = []  # a sweep's tasks, most GPU-hours first
     by_metric: list[int] = []  # a sweep's tasks, best metric first
+    # The run's evaluation records (runs/evaluations.py) and the ones that could not be read.
+    evaluations: list[dict] = []
+    evaluation_problems: list[str] = []
 
 
 # ----------------------------------------------------------------------------- reading
@@ -402,6 +407,8 @@ def report(run: Run, out: str | None = None) -> Report:
         result = whole
     else:
         result = directory_report(path, run.id, rec.name, None, run)
+    found, result.evaluation_problems = evaluations.read(run.path)
+    result.evaluations = evaluations.as_json(found)
     result.plot = draw(result, path, out)
     return result
 
@@ -525,6 +532,9 @@ def text(r: Report) -> str:
             f"task {i}" for i in r.by_cost))
         if r.by_metric:
             lines.append("  by metric (best first): " + ", ".join(f"task {i}" for i in r.by_metric))
+    table = evaluation_lines(r.evaluations, r.evaluation_problems)
+    if table:
+        lines += ["  evaluation:", *("    " + line for line in table)]
     if r.plot:
         lines.append(f"  plot: {r.plot}")
     return shown("\n".join(lines))  # names, job ids and the samplers' errors are outside text

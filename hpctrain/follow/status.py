@@ -17,6 +17,7 @@ from . import startup
 from .progress import TrainingProgress, of_run
 from ..rank.during import slow
 from ..rank.records import read_excluded, read_job_failure, read_job_failures, read_rank_failures
+from ..runs import evaluations
 from ..runs.records import Run, add_to_index, being_submitted, indexed
 
 
@@ -52,6 +53,12 @@ class RunStatus(msgspec.Struct, kw_only=True):
     # Nodes a spare replaced inside the allocation (rank/before/spares.py), oldest first: each
     # {job_id, attempt, out, in, why, back_s (from the failure to the next first step)}.
     replacements: list[dict] = []
+    # The run's evaluation records (runs/evaluations.py), by iteration, and one line per record
+    # that could not be read: read for one run's status (with_evaluations), not for `list`.
+    evaluations: list[dict] = []
+    evaluation_problems: list[str] = []
+    # A job derived from a run (an evaluation): {"run": its directory, "purpose": "evaluation"}.
+    derived_from: dict | None = None
 
     def to_json(self) -> dict:
         d = msgspec.to_builtins(self)
@@ -126,6 +133,10 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
     progress = of_run(str(run.path), rec.array_size)
     excluded = read_excluded(str(run.path))
     attempts = startup.attempts(str(run.path), rec.submitted)
+    derived = rec.extra.get("derived_from")
+    derived = ({"run": derived["run"], "purpose": derived["purpose"]}
+               if isinstance(derived, dict) and isinstance(derived.get("run"), str)
+               and isinstance(derived.get("purpose"), str) else None)
     return RunStatus(run_id=run.id, name=rec.name, site=rec.site, backend=rec.backend,
                      job=str(rec.job_id), path=str(run.path), submitted=rec.submitted,
                      nodes=rec.nodes, ranks_per_node=rec.procs_per_node, state=state,
@@ -138,7 +149,8 @@ def _status(run: Run, state: JobState, waits: dict) -> RunStatus:
                                 "time": e.time} for e in excluded],
                      history=_history(str(run.path), excluded),
                      jobs=[str(j) for j in rec.jobs],
-                     startup=attempts, replacements=startup.replacements(str(run.path), attempts))
+                     startup=attempts, replacements=startup.replacements(str(run.path), attempts),
+                     derived_from=derived)
 
 
 
@@ -218,6 +230,13 @@ def gather_many(runs: list[Run], live: bool = True, follow: bool = True) -> list
 
 def gather(run: Run, live: bool = True) -> RunStatus:
     return gather_many([run], live)[0]
+
+
+def with_evaluations(st: RunStatus) -> RunStatus:
+    """The status with the run's evaluation records, read back bounded."""
+    found, st.evaluation_problems = evaluations.read(Path(st.path))
+    st.evaluations = evaluations.as_json(found)
+    return st
 
 
 def recent(limit: int = 20, live: bool = True) -> list[RunStatus]:

@@ -17,6 +17,19 @@ class RankNeeds(NamedTuple):
     source: str  # where the numbers come from, for the warning
 
 
+class Play(NamedTuple):
+    """How a library evaluates one checkpoint (job/evaluate.py): the command the evaluation's
+    rank runs (as `program()`'s: [script or -m module, *args]) and how its result is read
+    (rank/after/evaluate.py READERS: "program" = the plain contract's $HPCTRAIN_EVAL_RESULT,
+    "isaaclab-benchmark" = Isaac Lab's play bundle, "none" = the play reports nothing)."""
+    command: list[str]
+    results: str
+    method: str  # in words, for the record: "the program's own command"
+    cpu_args: tuple[str, ...] = ()  # appended when the rank runs in CPU mode
+    in_out: bool = False  # runs in the task's own folder (a play that writes under ./)
+    seconds: float | None = None  # a wall-clock bound, for a play with no bound of its own
+
+
 class Adapter:
     """Defaults suit a plain torch.distributed program; libraries override what differs."""
 
@@ -51,6 +64,14 @@ class Adapter:
     # (regular expression searched in a dotted key, why). Population-based training cannot
     # change them in the middle of a run (job/pbt.py).
     restored_from_checkpoint: tuple[tuple[str, str], ...] = ()
+
+    def play(self, spec: JobSpec, checkpoint: str, episodes: int, steps: int | None,
+             seed: int, out: str) -> Play:
+        """How one checkpoint is evaluated. The default is the plain contract: the program's own
+        command, told by $HPCTRAIN_EVAL_CHECKPOINT (the file) and $HPCTRAIN_EVAL_EPISODES to
+        evaluate instead of train, writing its result to $HPCTRAIN_EVAL_RESULT
+        (docs/evaluate.md). `out`: the evaluation task's own folder."""
+        return Play(self.program(spec), "program", "the program's own command")
 
     def shims(self, spec: JobSpec) -> list[str]:
         """The CPU shims this job's ranks arm in CPU mode (cpu_shims, and what the job adds)."""

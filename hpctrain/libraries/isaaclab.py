@@ -16,7 +16,7 @@ import re
 
 from ..errors import HpctrainError
 from ..schema.spec import JobSpec
-from .base import Adapter, RankNeeds
+from .base import Adapter, Play, RankNeeds
 
 ISAACLAB_SCRIPTS = "scripts/reinforcement_learning"
 # Isaac Lab's own Slurm template (docker/cluster/submit_job_slurm.sh) gives one GPU's training
@@ -29,6 +29,11 @@ ISAACLAB_RANK = RankNeeds(8, "4048M", "Isaac Lab's own cluster template "
 # all); one fixed name also keeps every attempt of a requeued run in one folder, so its
 # checkpoints and its TensorBoard curve continue where the last attempt stopped.
 RUN_FOLDER = "hpctrain"
+# Steps an evaluation plays when not told: past the episode length of Isaac Lab's classic
+# tasks (Cartpole: 300 steps), so every environment completes at least one episode.
+PLAY_STEPS = 1000
+# 2.x's play.py loops while its app runs: the wall-clock time it is given instead.
+PLAY_SECONDS_2X = 300.0
 
 
 def generation(version: str | None) -> int:
@@ -59,6 +64,9 @@ class IsaacLabAdapter(Adapter):
     isaaclab_checkpoint_globs: tuple[str, ...] = ()
     isaaclab_resume_template: tuple[str, ...] = ()
     isaaclab3_resume_template: tuple[str, ...] = ("--checkpoint", "{checkpoint}")
+    # 3.0's benchmark play on a CPU: the Hydra overrides that put this library's agent there
+    # (the simulation's own override is added for every library).
+    play_cpu_overrides: tuple[str, ...] = ()
 
     def generation(self, spec: JobSpec) -> int:
         return generation(spec.isaaclab_version)
@@ -105,6 +113,36 @@ class IsaacLabAdapter(Adapter):
             return out + [f"--video_interval={interval}"]
         # 2.x's RecordVideo triggers at step % interval == 0: no 0 there
         return out + [f"--video_interval={v.interval}", "--enable_cameras"]
+
+    def play(self, spec: JobSpec, checkpoint: str, episodes: int, steps: int | None,
+             seed: int, out: str) -> Play:
+        """3.0: `isaaclab benchmark play` (`play` runs until interrupted): `episodes`
+        environments for `steps` steps, its play bundle read back (mean return and episode
+        length over the completed episodes, success rate). 2.x: the library's play.py, which
+        reports no metric and runs until its app closes: bounded by wall-clock time."""
+        if not self.isaaclab_mode(spec):
+            return super().play(spec, checkpoint, episodes, steps, seed, out)
+        # The training's Hydra overrides (agent.*, env.*) shape the policy and its task: the
+        # play needs the same; its options (--max_iterations, ...) are train's, not play's.
+        hydra = [str(a) for a in spec.args if "=" in str(a) and not str(a).startswith("-")]
+        steps = steps or PLAY_STEPS
+        if self.generation(spec) >= 3:
+            command = ["-m", "isaaclab", "benchmark", "play", "--rl_library",
+                       self.lab_library or self.train_dir, f"--task={spec.task}",
+                       *self.extra_isaaclab_args, f"--num_envs={episodes}",
+                       f"--num_steps={steps}", f"--seed={seed}", f"--checkpoint={checkpoint}",
+                       f"--output_path={out}", *hydra]
+            # The benchmark's play sets no device from --device (train and play do): on a CPU
+            # the simulation and the agent are both put there by Hydra overrides.
+            return Play(command, "isaaclab-benchmark", "isaaclab benchmark play",
+                        cpu_args=("--device", "cpu", "env.sim.device=cpu",
+                                  *self.play_cpu_overrides), in_out=True)
+        script = os.path.join(os.path.dirname(self.train_script(spec)), "play.py")
+        command = [script, f"--task={spec.task}", "--headless", *self.extra_isaaclab_args,
+                   f"--num_envs={episodes}",
+                   f"--checkpoint={checkpoint}", f"--seed={seed}", *hydra]
+        return Play(command, "none", "Isaac Lab 2.x play.py", cpu_args=("--device", "cpu"),
+                    in_out=True, seconds=PLAY_SECONDS_2X)
 
     def python(self, spec: JobSpec) -> list[str] | None:
         if not (self.isaaclab_mode(spec) and spec.isaaclab):

@@ -28,6 +28,8 @@ class RlGames(IsaacLabAdapter):
     main_scalars = ("rewards/iter", "rewards/step")
     train_hooks = ("rl_games",)
     train_dir = "rl_games"
+    # The task's rl_games_*_ppo_cfg.yaml: params.config.device and device_name are cuda:0.
+    play_cpu_overrides = ("agent.params.config.device=cpu", "agent.params.config.device_name=cpu")
     # examples/rl/rl_games_pendulum.py (--out defaults to the run dir): rl-games' own file names.
     checkpoint_globs = ("checkpoints/nn/*.pth",)
     resume_template = ("--checkpoint", "{checkpoint}")

@@ -14,6 +14,7 @@ class RslRl(IsaacLabAdapter):
     main_scalars = ("Train/mean_reward",)  # utils/logger.py, by learning iteration
     train_hooks = ("rsl_rl",)
     train_dir = "rsl_rl"
+    play_cpu_overrides = ("agent.device=cpu",)  # isaaclab_rl/rsl_rl/rl_cfg.py: cuda:0
     # examples/rl/rsl_rl_pendulum.py: runner.save() names, --checkpoint PATH.
     checkpoint_globs = ("checkpoints/model_*.pt",)
     resume_template = ("--checkpoint", "{checkpoint}")

@@ -16,7 +16,7 @@ import re
 import pytest
 
 from tests.conftest import submitted, wait_for_job
-from tests.isaaclab3 import cartpole_job, check_trained, checkpoints, write_job
+from tests.isaaclab3 import cartpole_job, check_trained, checkpoints, evaluated, write_job
 from tests.e2e.test_preempt_rl import check_plot
 from tests.slurm.survive import SIDE, preempt_by_high_job, slurm_log, wait_until
 
@@ -65,6 +65,15 @@ def test_isaaclab3_preempted_across_nodes_resumes_where_it_saved(cli, cluster, t
     shown = shown[0] if isinstance(shown, list) else shown
     assert shown["step"] == ITERATIONS - 1 and shown["metric"] == "reward", shown
 
+    # Evaluation (issue 52): one in 6 of the checkpoints both attempts saved (the periodic ones
+    # and the one saved on the signal), and the last, as one Slurm job array of one-rank tasks
+    # on the run's partition.
+    its = sorted(checkpoints(run_dir))
+    eval_dir, evals = evaluated(cli, run_dir, "--checkpoint", "all", "--every", "6")
+    assert [e["iteration"] for e in evals] == sorted({*its[::6], its[-1]}), (its, evals)
+    tasks = json.loads(cli("status", eval_dir.name, "--json").stdout)["state"]["tasks"]
+    assert len(tasks) == 3 and all(t["state"] == "COMPLETED" for t in tasks), tasks
+
 
 # rl_games and skrl (PyTorch) through 3.0's one CLI: 2 nodes x 1 rank each, a few iterations.
 # rl_games: its Cartpole minibatch (8192) must divide one rank's batch (32 envs x 16 steps), and
@@ -102,6 +111,9 @@ def test_isaaclab3_rl_games_and_skrl_train_across_nodes(library, cli, cluster, t
     shown = json.loads(cli("status", job_id, "--json").stdout)["progress"]
     shown = shown[0] if isinstance(shown, list) else shown
     assert shown["step"] == last_step, shown
+    # Evaluation through 3.0's benchmark play of this library (issue 52): the newest checkpoint.
+    _, evals = evaluated(cli, run_dir)
+    assert [e["checkpoint"] for e in evals] == [str(saved[-1].relative_to(run_dir))], evals
 
 
 def _values_of(obj, key):

@@ -296,13 +296,15 @@ RANK_GROUPS = {  # group -> the groups its modules may import (besides rank/'s o
     "before": {"before", "during", "end"},  # the bootstrap installs the hooks and the stop path
     "during": {"during", "end"},  # a hook saves and stops through the end's modules
     "end": {"end"},  # the end reads records, never re-runs a check
+    "after": {"after"},  # after training (an evaluation's play): a job of its own, no hook
 }
 RANK_SHARED = {"__init__", "__main__", "records", "tools", "printable", "phases", "progress", "ddp"}
 
 
 def test_rank_side_is_grouped_by_when_it_runs():
     """rank/ is before/ (bootstrap, preflight, checks), during/ (hooks, progress, watch, sampler,
-    culprit) and end/ (stop, ending, recovery, notify): a module imports only its own group, the
+    culprit), end/ (stop, ending, recovery, notify) and after/ (evaluate: a job derived from a
+    trained run): a module imports only its own group, the
     groups that run after it, and the shared records, tools and API at rank/ itself, which import
     no group (but __main__, the dispatcher)."""
     rank = PACKAGE / "rank"
