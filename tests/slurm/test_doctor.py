@@ -33,11 +33,15 @@ def verdicts(stdout: str) -> dict[str, str]:
     return out
 
 
-def test_doctor_healthy_cluster_passes_every_check_with_the_jobs_own_settings(cli, cluster):
+def test_doctor_healthy_cluster_passes_every_check_with_the_jobs_own_settings(cli, cluster,
+                                                                             tmp_path):
     # examples/ddp_check.yaml: 2 ranks per node, its own seed and time; its program is replaced.
     # (One doctor run for both: a healthy cluster, checked with a job's own settings.)
-    # An Isaac asset root (isaaclab_assets) the nodes can read: the suite's own (tests/isaaclab3.py).
-    from tests.isaaclab3 import ASSETS
+    # An Isaac asset root (isaaclab_assets) the nodes can read, of the suite's shape: its own, as
+    # the suite's (tests/isaaclab3.py) may still be installing beside this session.
+    ASSETS = tmp_path / "assets"
+    for part in ("Robots", "Environments"):
+        (ASSETS / "Isaac" / "IsaacLab" / part).mkdir(parents=True)
     proc = doctor(cli, cluster, f"isaaclab_assets={ASSETS}", job=str(ROOT / "examples" / "ddp_check.yaml"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert verdicts(proc.stdout) == {"head name": "ok", "run directory": "ok", "rendezvous": "ok",
