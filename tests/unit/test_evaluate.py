@@ -33,6 +33,7 @@ def trained(tmp_path, home, monkeypatch):
     """A run as submit leaves it (written, never started), with checkpoint files made on ask."""
     monkeypatch.setattr("hpctrain.submission.git_state", lambda cwd: {})
     monkeypatch.setattr(derived, "new_run_id", lambda: "20260102-000000-eval")
+    monkeypatch.chdir(tmp_path)  # the run's working directory (the golden scripts' "cd")
 
     def make(job=PLAIN, site="localcluster", files=()) -> Run:
         loaded = load_job(dict(job, runs_dir=str(tmp_path / "runs")), site=site)
