@@ -3,6 +3,7 @@ the CPU, gloo), from `hpctrain submit --wait` to rank 0's model_<N>.pt in the ru
 showing the reward the train hooks report (issue 49, item 5)."""
 from __future__ import annotations
 
+import json
 import math
 
 from tests.conftest import submitted
@@ -29,6 +30,16 @@ def test_isaaclab3_trains_two_ranks_here(cli, tmp_path):
     [shown] = st["progress"] if isinstance(st["progress"], list) else [st["progress"]]
     assert shown["step"] == ITERATIONS - 1 and shown["metric"] == "reward", shown
     assert math.isfinite(shown["value"]), shown
+    # The same run exported (Isaac Lab 3.0's rsl_rl: the actor from its params/agent.yaml,
+    # exported as its play does, through rsl-rl's as_jit/as_onnx) under the venv's interpreter.
+    record = json.loads(cli("export", run_dir.name, "--json", timeout=300).stdout)
+    assert record["checkpoint"] == f"logs/rsl_rl/cartpole/hpctrain/model_{ITERATIONS - 1}.pt", record
+    assert record["config"] == "logs/rsl_rl/cartpole/hpctrain/params/agent.yaml", record
+    assert record["versions"]["torch"].startswith("2.11") and "isaaclab" in record["versions"], record
+    assert record["observations"] == 4 and record["actions"] == 1, record  # Cartpole's
+    assert max(record["check"]["max_diff"].values()) <= record["check"]["tolerance"], record
+    assert sorted(p.name for p in (run_dir / record["folder"]).iterdir()) == \
+        ["export.json", "policy.onnx", "policy.pt"]
 
 
 def test_a_missing_asset_ends_with_the_file_and_the_setting(cli, tmp_path):
