@@ -34,12 +34,16 @@ from .operate import resolve
 TIMEOUT_S = 900  # an export takes seconds; a hung interpreter must not hold the command
 MAX_OUTPUT = 1 << 20  # the exporter's output read back (its last line is the result)
 MAX_PATTERNS, MAX_MATCHES = 16, 100_000
+MAX_SAMPLES = 4096
 _NUMBER = (re.compile(r"_ep_([0-9]{1,12})"), re.compile(r"_([0-9]{1,12})\.[A-Za-z]{1,8}$"))
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 def export(ref: str, checkpoint: str = "latest", samples: int | None = None) -> dict:
     """Export RUN's chosen checkpoint; the record (export.json) with `folder` and `files`' paths."""
+    if samples is not None and not 1 <= samples <= MAX_SAMPLES:
+        raise HpctrainError(f"--samples {samples}: the check runs 1 to {MAX_SAMPLES} observations",
+                            fix="leave it out (64) or give a number in that range")
     run = resolve(ref)
     library = run.record.library or "command"
     if library in REFUSED:

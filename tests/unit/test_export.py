@@ -111,3 +111,9 @@ def test_an_export_record_is_checked_against_its_files(tmp_path):
     os.mkfifo(folder / "export.json")
     with pytest.raises(HpctrainError, match="not an export record"):
         export.read_export(run, "model_1")
+
+
+@pytest.mark.parametrize("samples", [0, -3, 5000])
+def test_samples_out_of_range_are_refused(tmp_path, samples):
+    with pytest.raises(HpctrainError, match="--samples"):
+        export.export(str(tmp_path), samples=samples)

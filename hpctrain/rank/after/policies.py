@@ -239,12 +239,13 @@ _SKRL_ACTIVATIONS = ("relu", "tanh", "sigmoid", "leaky_relu", "elu", "softplus",
 
 def skrl(ckpt: dict, cfg: dict, where: str) -> Policy:
     """skrl (PyTorch): the policy its model instantiators build from models.policy, as Isaac
-    Lab's skrl train.py builds it (one network of fully connected layers on the observations);
-    the exported module is the mean action (before clipping), with the state preprocessor."""
+    Lab's skrl train.py builds it (one network of fully connected layers on the observations;
+    `separate: false`: skrl's shared model, one network with a policy and a value head); the
+    exported module is the mean action (before clipping), with the state preprocessor."""
     import gymnasium
     import numpy as np
     import torch
-    from skrl.utils.model_instantiators.torch import deterministic_model, gaussian_model
+    from skrl.utils.model_instantiators.torch import deterministic_model, gaussian_model, shared_model
 
     policy = _get(cfg, "models.policy", where)
     if not isinstance(policy, dict):
@@ -277,7 +278,9 @@ def skrl(ckpt: dict, cfg: dict, where: str) -> Policy:
     first = _tensor(sd, f"{name}_container.0.weight", "policy", 2)
     obs_dim = int(first.shape[1])
     last = [k for k in (sd or {}) if re.fullmatch(rf"{name}_container\.[0-9]+\.weight", k)]
-    action_dim = int(_tensor(sd, max(last, key=lambda k: int(k.split(".")[1])), "policy", 2).shape[0])
+    head = "policy_layer.weight" if "policy_layer.weight" in (sd or {}) else \
+        max(last, key=lambda k: int(k.split(".")[1]))
+    action_dim = int(_tensor(sd, head, "policy", 2).shape[0])
     box = {"low": -np.inf, "high": np.inf, "dtype": np.float32}
     spaces = {"observation_space": gymnasium.spaces.Box(shape=(obs_dim,), **box),
               "action_space": gymnasium.spaces.Box(shape=(action_dim,), **box), "device": "cpu"}
@@ -289,9 +292,19 @@ def skrl(ckpt: dict, cfg: dict, where: str) -> Policy:
         value = policy.get(key)
         if isinstance(value, (bool, int, float)) and kind == "GaussianMixin":
             checked[key] = value
-    build = gaussian_model if kind == "GaussianMixin" else deterministic_model
+    shared = _get(cfg, "models", where).get("separate", True) is False
     try:
-        model = build(**spaces, **checked)
+        if shared:  # one network, a policy head and a value head (Isaac Lab's default)
+            _choice((cfg["models"].get("value") or {}).get("class"), ("DeterministicMixin",),
+                    "models.value.class", where)
+            model = shared_model(**spaces, structure=[kind, "DeterministicMixin"],
+                                 roles=["policy", "value"], single_forward_pass=False,
+                                 parameters=[checked, {"network": checked["network"],
+                                                       "output": "ONE"}])
+            model.init_state_dict(role="value")
+        else:
+            build = gaussian_model if kind == "GaussianMixin" else deterministic_model
+            model = build(**spaces, **checked)
         model.init_state_dict(role="policy")
     except (TypeError, ValueError, KeyError, SyntaxError) as exc:
         raise ExportError(f"{where}: skrl cannot build the policy the config describes ({exc})",
