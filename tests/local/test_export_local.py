@@ -108,3 +108,32 @@ def test_a_mismatching_export_is_an_error_and_leaves_nothing(tmp_path, monkeypat
     monkeypatch.setitem(policies.BUILDERS, "rsl_rl", real)
     record = export.export(str(out), "rsl_rl", "checkpoints/model_0.pt", "model_0", 8)
     assert os.listdir(out / "exports") == ["model_0"] and record["check"]["samples"] == 8
+
+
+NORMALISED = """
+import runpy, sys
+import rl_games_pendulum as ex
+config = ex.agent_config
+def normalised(*a, **k):
+    out = config(*a, **k)
+    out["params"]["config"]["normalize_input"] = True
+    return out
+ex.agent_config = normalised
+sys.argv = ["x", "--updates", "2", "--num-envs", "8", "--steps", "16", "--out", sys.argv[1]]
+ex.main()
+"""
+
+
+def test_rl_games_normalised_observations_export(tmp_path):
+    """rl-games keeps its observation normaliser as a ScriptModule: the export takes the same
+    normaliser unscripted, and the check holds it to the checkpoint's policy."""
+    pytest.importorskip("rl_games")
+    import subprocess
+    out = tmp_path / "run"
+    subprocess.run([sys.executable, "-c", NORMALISED, out], check=True, capture_output=True,
+                   timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "examples/rl")})
+    from hpctrain.rank.after import export
+    [ckpt] = (out / "checkpoints" / "nn").glob("*.pth")
+    record = export.export(str(out), "rl_games", str(ckpt.relative_to(out)), "norm", 16)
+    assert record["policy"].endswith("normalised observations"), record
+    assert max(record["check"]["max_diff"].values()) <= 1e-4, record

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 from ..records import now, open_dir
 from .sources import ExportError, find_config, load_checkpoint
@@ -113,14 +114,14 @@ def _export(policy) -> dict[str, bytes]:
             raise ExportError("torch.onnx.export needs onnx and onnxscript, which the run's "
                               "environment lacks", "install them in the run's environment: "
                               "pip install onnx onnxscript onnxruntime") from None
-        try:
+        try:  # torch.export's exporter; one file to deploy (no external data)
             torch.onnx.export(onnx_module.cpu().eval(), inputs, os.path.join(tmp, "policy.onnx"),
                               export_params=True, opset_version=18, input_names=in_names,
-                              output_names=out_names, external_data=False)  # one file to deploy
+                              output_names=out_names, external_data=False)
         except Exception as exc:
             raise ExportError(f"ONNX export failed: {_first(exc)}",
                               "report it with the run's torch and library versions") from None
-        return {n: open(os.path.join(tmp, n), "rb").read() for n in FILES}
+        return {n: Path(tmp, n).read_bytes() for n in FILES}
 
 
 def observations(obs_dim: int, samples: int):
@@ -243,5 +244,5 @@ def _versions() -> dict:
 
 
 def _first(exc: BaseException) -> str:
-    text = str(exc).strip()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # torch colours its messages
     return (text.splitlines()[0] if text else type(exc).__name__)[:300]

@@ -213,13 +213,22 @@ def rl_games(ckpt: dict, cfg: dict, where: str) -> Policy:
     _load(model, sd, "model")
     model.eval()
 
+    normalizer = torch.nn.Identity()
+    if normalize_input:
+        # rl-games keeps its normaliser as a ScriptModule (torch.jit.script), which neither
+        # torch.export nor a trace can enter: the same class unscripted, with the same state.
+        from rl_games.algos_torch.running_mean_std import RunningMeanStd
+        normalizer = RunningMeanStd((obs_dim,))
+        _load(normalizer, model.running_mean_std.state_dict(), "model (running_mean_std)")
+        normalizer.eval()
+
     class Actor(torch.nn.Module):
         def __init__(self, inner):
             super().__init__()
-            self.inner = inner
+            self.network, self.normalizer = inner.a2c_network, normalizer
 
         def forward(self, obs):
-            mu, _logstd, _value, _states = self.inner.a2c_network({"obs": self.inner.norm_obs(obs)})
+            mu, _logstd, _value, _states = self.network({"obs": self.normalizer(obs)})
             return mu
 
     def reference(x):
