@@ -62,7 +62,8 @@ def export(ref: str, checkpoint: str = "latest", samples: int | None = None) -> 
     command = exporter_command(run, library, chosen, name, samples)
     result = _run(run, command)
     if "error" in result:
-        raise HpctrainError(f"run {run.id}, {chosen}: {result['error']}",
+        error = str(result["error"])
+        raise HpctrainError(f"run {run.id}: {error if error.startswith(chosen) else f'{chosen}: {error}'}",
                             fix=str(result.get("fix") or "see the message"))
     return read_export(run, name)
 

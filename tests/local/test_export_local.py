@@ -80,6 +80,13 @@ def _refusals(cli, run_dir: Path) -> None:
         assert _left(run_dir) == before, (number, _left(run_dir))
     proc = cli("export", run_dir.name, "--checkpoint", "checkpoints/model_92.pt", check=False)
     assert proc.returncode == 2 and "symbolic link" in proc.stderr, proc.stderr
+    # A config whose widths would build a network far larger than the checkpoint: refused
+    # before anything is allocated.
+    config = folder / "params" / "agent.yaml"
+    config.write_text(config.read_text().replace("- 64\n", "- 60000\n"))
+    proc = cli("export", run_dir.name, "--checkpoint", good.stem.split("_")[1], check=False, timeout=300)
+    assert proc.returncode == 2 and "describes a network of" in proc.stderr, proc.stderr
+    assert _left(run_dir) == before
 
 
 def test_a_mismatching_export_is_an_error_and_leaves_nothing(tmp_path, monkeypatch):

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from ..records import now, open_dir
-from .sources import ExportError, find_config, load_checkpoint
+from .sources import ExportError, find_config, first_line, load_checkpoint
 
 MARK = "hpctrain-export: "
 TOLERANCE = 1e-4  # |exported - policy| / max(1, |policy|): float32 kernels differ by ~1e-6
@@ -105,7 +105,7 @@ def _export(policy) -> dict[str, bytes]:
                 torch.jit.trace(module, (torch.zeros(1, policy.obs_dim),))
             jit.save(os.path.join(tmp, "policy.pt"))
         except Exception as exc:
-            raise ExportError(f"TorchScript export failed: {_first(exc)}",
+            raise ExportError(f"TorchScript export failed: {first_line(exc)}",
                               "report it with the run's library version") from None
         onnx_module, inputs, in_names, out_names = policy.onnx_form()
         try:
@@ -119,7 +119,7 @@ def _export(policy) -> dict[str, bytes]:
                               export_params=True, opset_version=18, input_names=in_names,
                               output_names=out_names, external_data=False)
         except Exception as exc:
-            raise ExportError(f"ONNX export failed: {_first(exc)}",
+            raise ExportError(f"ONNX export failed: {first_line(exc)}",
                               "report it with the run's torch and library versions") from None
         return {n: Path(tmp, n).read_bytes() for n in FILES}
 
@@ -243,6 +243,3 @@ def _versions() -> dict:
     return out
 
 
-def _first(exc: BaseException) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # torch colours its messages
-    return (text.splitlines()[0] if text else type(exc).__name__)[:300]

@@ -79,6 +79,18 @@ def _tensor(sd: dict, key: str, where: str, ndim: int):
     return t
 
 
+def _fits(dims: list[int], sd: dict, where: str) -> None:
+    """The network the config describes holds no more weights than the checkpoint: it is
+    built before the weights load, and a config's widths must not make it allocate more."""
+    import torch
+    wanted = sum(a * b + b for a, b in zip(dims, dims[1:]))
+    held = sum(t.numel() for t in sd.values() if isinstance(t, torch.Tensor))
+    if wanted > held:
+        raise ExportError(f"{where}: the config describes a network of {wanted} weights, the "
+                          f"checkpoint holds {held}", "export the checkpoint with the config "
+                          "its training saved")
+
+
 def _load(model, sd, where: str) -> None:
     try:
         model.load_state_dict(sd, strict=True)
@@ -137,6 +149,7 @@ def rsl_rl(ckpt: dict, cfg: dict, where: str) -> Policy:
         raise ExportError(f"actor_state_dict: the last layer's {out} outputs do not fit "
                           f"{dist.get('class_name')}", "export the checkpoint with its own config")
     action_dim = out // slices
+    _fits([obs_dim, *hidden, out], sd, where)
     obs = TensorDict({"policy": torch.zeros(1, obs_dim)}, batch_size=[1])
     try:
         model = MLPModel(obs, {"actor": ["policy"]}, "actor", action_dim, hidden_dims=hidden,
@@ -198,6 +211,7 @@ def rl_games(ckpt: dict, cfg: dict, where: str) -> Policy:
     first = _tensor(sd, first_key, "model", 2)
     mu = _tensor(sd, "a2c_network.mu.weight", "model", 2)
     obs_dim, action_dim = int(first.shape[1]), int(mu.shape[0])
+    _fits([obs_dim, *units, action_dim], sd, where)
     builder = ModelBuilder()
     try:
         built = builder.load({"model": {"name": model_name},
@@ -290,6 +304,7 @@ def skrl(ckpt: dict, cfg: dict, where: str) -> Policy:
     head = "policy_layer.weight" if "policy_layer.weight" in (sd or {}) else \
         max(last, key=lambda k: int(k.split(".")[1]))
     action_dim = int(_tensor(sd, head, "policy", 2).shape[0])
+    _fits([obs_dim, *layers, action_dim], sd, where)
     box = {"low": -np.inf, "high": np.inf, "dtype": np.float32}
     spaces = {"observation_space": gymnasium.spaces.Box(shape=(obs_dim,), **box),
               "action_space": gymnasium.spaces.Box(shape=(action_dim,), **box), "device": "cpu"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 
 from ..records import open_dir, under_root
@@ -19,6 +20,12 @@ MAX_CHECKPOINT = 4 << 30  # a policy's checkpoint with its optimizer: far below 
 MAX_CONFIG = 1 << 20  # params/agent.yaml (a few KiB)
 CONFIG = ("params", "agent.yaml")  # where Isaac Lab and the examples save the agent's config
 CONFIG_LEVELS = 2  # the checkpoint's folder and up to two above it (nn/, checkpoints/)
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line, without the terminal colours torch puts in its messages."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
 
 
 class ExportError(Exception):
@@ -71,9 +78,8 @@ def load_checkpoint(run_dir: str, rel: str) -> dict:
     try:
         out = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ...
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise ExportError(f"{rel}: not a checkpoint torch.load(weights_only=True) can read "
-                          f"({first})", "export a checkpoint the library saved; hpctrain never "
+                          f"({first_line(exc)})", "export a checkpoint the library saved; hpctrain never "
                           "unpickles arbitrary objects") from None
     if not isinstance(out, dict):
         raise ExportError(f"{rel}: holds a {type(out).__name__}, not a checkpoint's dictionary",
