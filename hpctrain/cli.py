@@ -53,10 +53,12 @@ def _study_trials(overrides: list[str]) -> tuple[int | None, list[str]]:
 
 
 def cmd_validate(args) -> int:
+    from .job import video
     from .job.checks import check_secrets
     from .submission import prepare
     job = _load(args, show_warnings=False)  # shown in the summary below, once each
     check_secrets(job)
+    rendering = video.check(job)  # before queueing: a video job only where its GPUs can render
     prep = prepare(job, run_id="RUN_ID")
     from .backends import backend_class
     p, spec = prep.plan, prep.job.spec
@@ -90,6 +92,8 @@ def cmd_validate(args) -> int:
     if spec.search is not None:
         from .job.search import shape
         rows.append(("study", shape(spec).removeprefix("study: ")))
+    if rendering:
+        rows.append(("video", rendering))
     for dep in prep.job.after:
         rows.append(("after", f"{dep['mode']} run {dep['run_id']} (job {dep['job_id']})"))
     for w in p.warnings:
@@ -444,6 +448,35 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_pull(args) -> int:
+    from pathlib import Path
+    from .follow import pull
+    kinds = list(pull.KINDS)
+    if args.only:
+        kinds = [k.strip() for k in args.only.split(",") if k.strip()]
+        wrong = [k for k in kinds if k not in pull.KINDS]
+        if wrong or not kinds:
+            raise HpctrainError(f"--only {args.only!r} names no kind pull knows"
+                                + (f" ({', '.join(wrong)})" if wrong else ""),
+                                fix="a comma list of " + ", ".join(pull.KINDS))
+    limit = pull.parse_size(args.max_size) if args.max_size else pull.DEFAULT_MAX
+    bwlimit = pull.parse_size(args.bwlimit, "--bwlimit") if args.bwlimit else None
+    run, study = _study(args.run)
+    scope, also = "", []
+    if args.best:
+        if not study:
+            raise HpctrainError(f"--best is for a study or a population; {run.id} is a run",
+                                fix=f"hpctrain pull {run.id} (without --best)")
+        from .search import methods
+        pull.fetch_study_records(run)
+        scope, also, which = methods.of(run).best_files(run)
+        print(f"best: {which}")
+    dest = Path(args.to) if args.to else Path("pulled") / run.id
+    print(pull.format_pulled(pull.pull(run, dest, kinds, args.checkpoint, limit,
+                                       args.overwrite, scope, tuple(also), bwlimit)))
+    return 0
+
+
 def cmd_tensorboard(args) -> int:
     import time
     from .follow.board import start
@@ -595,6 +628,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sampled observations the check runs (default 64, at most 4096)")
     p.add_argument("--json", action="store_true", help="the export record as one JSON object")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("pull", help="copy a run's artifacts (exported policies, evaluations, "
+                       "videos, a checkpoint, TensorBoard events, logs) here, from its cluster "
+                       "or this machine, with a manifest; resumes a cut copy")
+    p.add_argument("run", help="run id, run directory or Slurm job id; a study with --best")
+    p.add_argument("--to", metavar="DIR", help="the folder to copy into (default pulled/RUN_ID)")
+    p.add_argument("--only", metavar="KINDS",
+                   help="a comma list of exports, eval, videos, checkpoint, tensorboard, logs "
+                   "(default: all of them)")
+    p.add_argument("--checkpoint", default="newest", metavar="WHICH",
+                   help="newest (default), all, none, or a checkpoint's file name")
+    p.add_argument("--max-size", metavar="SIZE",
+                   help="refuse a selection larger than this, e.g. 500M, 20G (default 20G)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files in DIR that differ from the run's and that pull did not "
+                   "write there (by default they are refused)")
+    p.add_argument("--bwlimit", metavar="RATE",
+                   help="at most this many bytes a second, e.g. 50M (default: as fast as it goes)")
+    p.add_argument("--best", action="store_true",
+                   help="a study's best trial, or a population's best member with its checkpoint")
+    p.set_defaults(func=cmd_pull)
 
     p = sub.add_parser("tensorboard", help="start TensorBoard on a run or sweep (every attempt, "
                        "every task) and print the ssh line that reaches it from a laptop")

@@ -333,9 +333,11 @@ def submit_prepared(prep: Prepared, source=None, warned: list[str] | None = None
     warnings when the caller already asked and showed them (else they go to warnings.warn)."""
     from .job.chains import check_live
     from .job.checks import check_local_gpus, check_secrets
+    from .job import video
     check_secrets(prep.job)
     if backend_class(prep.backend).runs_here:
         check_local_gpus(prep.job)
+    video.check(prep.job)
     check_live(prep.job)
     if warned is None:
         import warnings

@@ -15,6 +15,9 @@
 #
 # What it does, each a real hpctrain run on the local site (in a scratch runs directory):
 #   gpus      what nvidia-smi lists, and whether the job's python (torch) can use CUDA
+#   render    whether those GPUs can render (RT cores: yes, no, unknown), from the table a job's
+#             video: is routed by (hpctrain/rank/before/gpu_models.py); no and unknown are not
+#             failures: video jobs go to other GPUs
 #   probe     a 1-rank job printing, at rank start, the device the bootstrap pinned and the
 #             site's NCCL_* variables as the rank sees them
 #   health    that probe job's health gate (rank/before/health.py) read the real nvidia-smi:
@@ -230,6 +233,23 @@ else
   why="torch $TORCH_VERSION cannot use CUDA"
   (( GPUS > 0 )) || why="no GPU"
   row gpus cpu "$SMI_SAYS; $why: the checks run on cpu"
+fi
+
+# --- render: can these GPUs render (RT cores)? the table a video job is routed by -------------
+# hpctrain/rank/before/gpu_models.py, the same table `validate` and `submit` read: a job with
+# video: runs only where every GPU renders.
+if [[ -n $NAMES ]]; then
+  mapfile -t LISTED < <(sed -n 's/^GPU [0-9]*: \(.*\) (UUID: .*$/\1/p' <<<"$SMI" | sort -u)
+  SAID=$(cd "$ROOT" && "$PYTHON" -m hpctrain.rank.before.gpu_models "${LISTED[@]}" 2>&1)
+  case $(tail -n 1 <<<"$SAID") in
+    renders) RESULT=yes ;;
+    "cannot render") RESULT=no ;;
+    unknown) RESULT=unknown ;;
+    *) RESULT=FAIL ;;
+  esac
+  row render "$RESULT" "$(sed '$d' <<<"$SAID" | paste -sd ';' - | sed 's/;/; /g')"
+else
+  row render skip "no GPU listed by nvidia-smi: nothing to render with"
 fi
 # A GPU job asks for its GPUs (one rank each); on the CPU, one rank.
 RES=(--site local --set resources.nodes=1 --set "python=$PYTHON")

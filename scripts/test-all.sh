@@ -6,11 +6,12 @@
 #      minutes, with the sessions it overlaps;
 #   2. beside it, the few cluster tests marked `alone` (they restart or repair the cluster, or
 #      count slurmctld's requests), alone on the cluster (the unit tier touches none);
-#   3. once they are done (the unit tier may still run), three sessions side by side: tests/slurm on node1..node4; a few files of tests/slurm on a
-#      second cluster, Slurm 24.11's (node101..node102, beside the 22.05 one:
-#      tests/cluster/README.md), then tests/local (no cluster); tests/ssh (the sshds of
-#      node5..node7), then tests/e2e on those nodes (partition side), then a few files of
-#      tests/slurm there.
+#   3. once they are done (the unit tier may still run), four sessions side by side: tests/slurm
+#      on node1..node4; a few files of tests/slurm on a second cluster, Slurm 24.11's
+#      (node101..node102, beside the 22.05 one: tests/cluster/README.md), then tests/local (no
+#      cluster); tests/ssh (the sshds of node5..node7), then tests/e2e on those nodes (partition
+#      side), then a few files of tests/slurm there; a few files of tests/slurm on node8..node10
+#      (partition side2), then a few files of tests/local.
 # At the end: each tier's result and the 15 slowest tests of the whole run.
 # .ci/run calls exactly this. Needs root (apt, network namespaces).
 #
@@ -229,41 +230,58 @@ up24_pid=
 grep -h "install-slurm-release:" "${logs}/release.log" || true
 cat "${logs}/up-24.11.log"
 
-# 3. Three sessions side by side, on parts of the cluster that never meet: a Slurm test alters
+# 3. Four sessions side by side, on parts of the cluster that never meet: a Slurm test alters
 # nodes (a head name resolving to loopback, a link cut, an sshd stopped) and preempts with
 # `-p high --exclusive`, all on node1..node4 (partitions debug and high); the e2e tier's jobs run
-# in partition side and the ssh tier's hosts are the same side nodes (node5..node7); session B's
-# Slurm files run on the other cluster, Slurm 24.11's (node101..node102, its partition debug). They
-# share nothing but slurmctld (tests/cluster/up.sh), and session B not even that.
+# in partition side and the ssh tier's hosts are the same side nodes (node5..node7); session D's
+# in partition side2 (node8..node10); session B's Slurm files run on the other cluster, Slurm
+# 24.11's (node101..node102, its partition debug). They share nothing but slurmctld
+# (tests/cluster/up.sh), and session B not even that. Four, not three: with three, the CPUs sat
+# idle ~10 % of the run, all sessions at once waiting on a job or a requeue; a fourth fills it.
 #     session A: tests/slurm (but the files below)
-#     session B: side2_files on the Slurm 24.11 cluster (its clients, through
+#     session B: release_files on the Slurm 24.11 cluster (its clients, through
 #                tests/cluster/release-exec.sh): with session A on 22.05, every command that
 #                parses Slurm's output runs on each release (docs/slurm-releases.md); then
-#                tests/local, once Isaac Lab's venv is in
-#     session C: tests/ssh, then tests/e2e (once Isaac Lab's and DI-engine's venvs are in), then side_files in
-#                partition side
+#                tests/local (but local_d_files), once Isaac Lab's venv is in
+#     session C: tests/ssh, then tests/e2e (once Isaac Lab's and DI-engine's venvs are in), then
+#                side_files in partition side
+#     session D: side2_files in partition side2, then local_d_files
 # The files moved off session A are Slurm tests that name no node of node1..node4 (their node
-# faults, if any, land on the job's own nodes), their jobs sent to their partition by Slurm's own
-# SBATCH_PARTITION (it overrides the job script's #SBATCH --partition; session B's cluster has
-# only its default partition), so that the Slurm tier's serial chain ends with the other sessions.
-side_files=(tests/slurm/test_containers.py tests/slurm/test_operate.py tests/slurm/test_lmod_cluster.py
-    tests/slurm/test_multinode.py tests/slurm/test_hang_culprit.py tests/slurm/test_rest.py
+# faults, if any, land on the job's own nodes: side2 has three, for a 2-node job that moves off
+# one), their jobs sent to their partition by Slurm's own SBATCH_PARTITION (it overrides the job
+# script's #SBATCH --partition; session B's cluster has only its default partition), so that the
+# Slurm tier's serial chain ends with the other sessions.
+side_files=(tests/slurm/test_operate.py tests/slurm/test_lmod_cluster.py tests/slurm/test_multinode.py
+    tests/slurm/test_rest.py)
+side2_files=(tests/slurm/test_survive.py tests/slurm/test_containers.py tests/slurm/test_hang_culprit.py
     tests/slurm/test_pbt.py)
-side2_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tests/slurm/test_notebook.py
+release_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tests/slurm/test_notebook.py
     tests/slurm/test_chains.py tests/slurm/test_report.py tests/slurm/test_idle_from_start.py
     tests/slurm/test_slurm_release.py tests/slurm/test_notify.py tests/slurm/test_preempt_cap_releases.py)
-# (A real preemption that hpctrain requeues on 22.05: tests/slurm/test_containers.py, session C.)
+# tests/local files of session D (none needs Isaac Lab's venv), the rest in session B.
+local_d_files=(tests/local/test_report_local.py tests/local/test_pbt_local.py
+    tests/local/test_launch_check.py tests/local/test_search_local.py)
+# (A real preemption that hpctrain requeues on 22.05: tests/slurm/test_containers.py, session D.)
 t=$SECONDS
 (
     HPCTRAIN_CLUSTER_SLURM=24.11 RUN_IN="bash tests/cluster/release-exec.sh" \
-        pytest_session slurm-24.11 "${side2_files[@]}" && rc_side2=0 || rc_side2=$?
-    echo "${side2_files[*]}: $((SECONDS - t)) s (Slurm 24.11)"
+        pytest_session slurm-24.11 "${release_files[@]}" && rc_release=0 || rc_release=$?
+    echo "${release_files[*]}: $((SECONDS - t)) s (Slurm 24.11)"
     t_local=$SECONDS
-    isaaclab_ready && pytest_session local tests/local && rc=0 || rc=$?
-    echo "tests/local: $((SECONDS - t_local)) s (after the Slurm 24.11 files)"
-    exit $((rc || rc_side2))
+    isaaclab_ready && pytest_session local "${local_d_files[@]/#/--ignore=}" tests/local && rc=0 || rc=$?
+    echo "tests/local: $((SECONDS - t_local)) s (after the Slurm 24.11 files; but session D's)"
+    exit $((rc || rc_release))
 ) >"${logs}/b.out" 2>&1 &
 b_pid=$!
+(
+    SBATCH_PARTITION=side2 pytest_session slurm-side2 "${side2_files[@]}" && rc_side2=0 || rc_side2=$?
+    echo "${side2_files[*]}: $((SECONDS - t)) s (partition side2)"
+    t_local=$SECONDS
+    pytest_session local-d "${local_d_files[@]}" && rc=0 || rc=$?
+    echo "${local_d_files[*]}: $((SECONDS - t_local)) s (after the side2 files)"
+    exit $((rc || rc_side2))
+) >"${logs}/d.out" 2>&1 &
+d_pid=$!
 (
     pytest_session ssh tests/ssh && rc_ssh=0 || rc_ssh=$?
     echo "tests/ssh: $((SECONDS - t)) s"
@@ -278,19 +296,19 @@ b_pid=$!
 c_pid=$!
 (
     pytest_session slurm -m "not alone" "${side_files[@]/#/--ignore=}" "${side2_files[@]/#/--ignore=}" \
-        tests/slurm && rc=0 || rc=$?
+        "${release_files[@]/#/--ignore=}" tests/slurm && rc=0 || rc=$?
     echo "tests/slurm: $((SECONDS - t)) s"
     exit "${rc}"
 ) >"${logs}/a.out" 2>&1 &
 a_pid=$!
-session_pids="${unit_pid} ${a_pid} ${b_pid} ${c_pid}"
+session_pids="${unit_pid} ${a_pid} ${b_pid} ${c_pid} ${d_pid}"
 # The sessions start while the unit tier ends (the CPUs are busy either way: ~25 s off the
 # critical path); a failed unit tier stops them at once (cleanup, on exit).
 wait "${unit_pid}" && rc_unit=0 || rc_unit=$?
 cat "${logs}/unit.out"
 ((rc_unit == 0)) || { echo "test-all: the unit tier failed (the sessions were stopped)" >&2; exit 1; }
 echo "tests/unit: $((SECONDS - t_unit)) s"
-session_pids="${a_pid} ${b_pid} ${c_pid}"
+session_pids="${a_pid} ${b_pid} ${c_pid} ${d_pid}"
 wait "${a_pid}" && rc_slurm=0 || rc_slurm=$?
 echo "----- tests/slurm (the first session)"
 cat "${logs}/a.out"
@@ -298,9 +316,12 @@ wait "${b_pid}" && rc_b=0 || rc_b=$?
 echo "----- Slurm 24.11's files, then tests/local (the second session)"
 cat "${logs}/b.out"
 wait "${c_pid}" && rc_c=0 || rc_c=$?
-session_pids=
 echo "----- tests/ssh, then tests/e2e, then Slurm tests on the side nodes (the third session)"
 cat "${logs}/c.out"
+wait "${d_pid}" && rc_d=0 || rc_d=$?
+session_pids=
+echo "----- Slurm tests on the side2 nodes, then a few files of tests/local (the fourth session)"
+cat "${logs}/d.out"
 slowest
 echo "whole run: $((SECONDS - start)) s"
-((rc_alone == 0 && rc_slurm == 0 && rc_b == 0 && rc_c == 0))
+((rc_alone == 0 && rc_slurm == 0 && rc_b == 0 && rc_c == 0 && rc_d == 0))

@@ -76,6 +76,14 @@ class JobState(msgspec.Struct):
         return self.state.done
 
 
+class JobGpus(msgspec.Struct, frozen=True):
+    """Where a job's GPUs are and what they are (Backend.job_gpus)."""
+    place: str  # as an error names it: "partition 'gpu'", "this machine", "host ws1"
+    names: list[str]  # the GPU models there, GRES types or nvidia-smi's names; [] unknown
+    source: str  # how that was learned (the site's key, nvidia-smi's answer, or why not)
+    fix: str = "run it on a site whose GPUs render (--site NAME: L40S, L4, A10, A40 or RTX GPUs)"
+
+
 class Backend(abc.ABC):
     """One scheduler (or none). Subclasses set the class attributes and implement the methods;
     instantiating one that misses a method fails at once (abc), not at its first use."""
@@ -164,6 +172,30 @@ class Backend(abc.ABC):
     # The scheduler's job ids, as run.json and `after:` carry them (job/chains.py puts one in a
     # directive): a strict full-match pattern; the default is runs/untrusted.JOB_ID's.
     job_id_pattern: ClassVar[str] = r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}"
+
+    @classmethod
+    def job_gpus(cls, job) -> "JobGpus":
+        """The GPU models a job would run on, for its video: (job/video.py): by default the
+        site profile's, for the partition the job names (its gpu_type when the request pins
+        one, else gpu_models: SiteProfile.gpu_models_on), and a partition of the site whose
+        GPUs all render."""
+        from ..rank.before.gpu_models import verdicts
+        site, part = job.site, job.spec.resources.partition
+        place = f"partition '{part}'" if part else "the default partition (the job names none)"
+        able = [p for p, models in site.gpu_models.items() if p != part and verdicts(models)[0]]
+        fix = (f"send it to partition '{able[0]}', whose GPUs render ({', '.join(site.gpu_models[able[0]])}): "
+               f"--set resources.partition={able[0]}" if able else
+               f"no partition of site '{site.name}' has GPUs known to render (the site's "
+               "gpu_models, which hpctrain site detect writes from sinfo): name them there "
+               "(e.g. gpu_models: {viz: [l40s]}), or run it on a site with L40S, L4, A10, A40 "
+               "or RTX GPUs")
+        models = site.gpu_models_on(part)
+        said = (f"the site's gpu_models say {part}: {', '.join(site.gpu_models[part])}"
+                if part in site.gpu_models else
+                f"the site's gpu_type asks for {site.gpu_type}" if site.gpu_type else
+                f"the site's gpu_models name no GPU model for {place}" if part else
+                "the job names no partition")
+        return JobGpus(place, models, said, fix)
 
     @classmethod
     def check_record(cls, run: Run) -> None:

@@ -76,6 +76,15 @@ class LocalBackend(Backend):
     def submit_command(self, script: Path, plan=None) -> list[str]:
         return ["bash", str(script)]
 
+    @classmethod
+    def job_gpus(cls, job):
+        """Every GPU nvidia-smi lists here that CUDA_VISIBLE_DEVICES leaves (a job may be
+        given any of them)."""
+        from ..rank.before.gpu_models import local_names
+        from .base import JobGpus
+        names, said = local_names(visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return JobGpus("this machine", names, said)
+
     # `hpctrain shell`: a shell here with the job's environment; `hpctrain launch` in it runs
     # the job script itself in the foreground (templates/local/launch.sh.j2 is job.sh.j2).
     shell_roots = ("shell.sh.j2", "launch.sh.j2")

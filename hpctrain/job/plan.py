@@ -144,7 +144,8 @@ def gpu_request(job: Job) -> tuple[str, str] | None:
     site, n = job.site, job.spec.resources.gpus_per_node
     if not n:
         return None
-    count = f"{site.gpu_type}:{n}" if site.gpu_type else str(n)
+    kind = site.gpu_type_on(job.spec.resources.partition)
+    count = f"{kind}:{n}" if kind else str(n)
     return ("gpus-per-node", count) if site.gpu_request == "gpus-per-node" else ("gres", f"gpu:{count}")
 
 
@@ -237,7 +238,7 @@ def make_plan(job: Job, run_dir: str, code_dir: str | None = None) -> LaunchPlan
         # The rank check is a store of torch's: torch libraries started by torchrun only.
         rank_check_timeout=(preemption.preflight_timeout(job) if preflight and lib.torch_library
                             and lib.launcher == "torchrun" else None),
-        train_hooks=list(lib.train_hooks),
+        train_hooks=list(lib.train_hooks) + (["video"] if spec.video else []),
         sample_every=spec.sample_every,
         idle_gpus=({"below": spec.idle_gpus.below, "for": spec.idle_gpus.seconds,
                     "gpus": spec.resources.gpus_per_node}

@@ -69,8 +69,18 @@ class Adapter:
         return False
 
     def env(self, spec: JobSpec) -> dict[str, str]:
-        """Extra environment for every rank."""
-        return {}
+        """Extra environment for every rank: the job's video: bounds (a program of the user's
+        records its own clips by them; the rank's video hook holds Isaac Lab to the count)."""
+        v = spec.video
+        if v is None:
+            return {}
+        return {"HPCTRAIN_VIDEO_LENGTH": str(v.length), "HPCTRAIN_VIDEO_COUNT": str(v.count),
+                "HPCTRAIN_VIDEO_INTERVAL": str(v.interval)}
+
+    def video_args(self, spec: JobSpec) -> list[str]:
+        """The program's own flags asking for the job's video: (Isaac Lab's --video); []: the
+        program reads HPCTRAIN_VIDEO_* (env) or records nothing."""
+        return []
 
     def rank_needs(self, spec: JobSpec) -> RankNeeds | None:
         """The CPUs and memory one rank needs, when the library knows better than 1 CPU and

@@ -88,7 +88,23 @@ class IsaacLabAdapter(Adapter):
         out += [a for a in self.extra_isaaclab_args if a not in args]
         if spec.seed is not None and not _has(args, "--seed"):
             out.append(f"--seed={spec.seed}")
-        return out + args
+        return out + self.video_args(spec) + args
+
+    def video_args(self, spec: JobSpec) -> list[str]:
+        """Isaac Lab's --video for the job's video: section, given only to its own training
+        (job/video.py has checked by then that the job's GPUs can render). 3.0 records one clip
+        with --video_interval=0 and records from a headless Kit visualizer it creates (RTX);
+        2.x needs --enable_cameras for the rendering, and records every interval (the rank's
+        video hook stops at the count)."""
+        v = spec.video
+        if v is None or not self.isaaclab_mode(spec):
+            return []
+        interval = v.interval if v.count > 1 else 0
+        out = ["--video", f"--video_length={v.length}"]
+        if self.generation(spec) >= 3:
+            return out + [f"--video_interval={interval}"]
+        # 2.x's RecordVideo triggers at step % interval == 0: no 0 there
+        return out + [f"--video_interval={v.interval}", "--enable_cameras"]
 
     def python(self, spec: JobSpec) -> list[str] | None:
         if not (self.isaaclab_mode(spec) and spec.isaaclab):

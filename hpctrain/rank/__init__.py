@@ -10,7 +10,8 @@ groups that run after it, and what stays here at rank/):
 
     before/    before training: bootstrap (prepare a rank, run the program), preflight (the node
                barrier, the rank meeting), check (doctor's program), health (the GPU gate),
-               netfloor, probe (what a node says about itself), cpu_shims, container, spares
+               netfloor, probe (what a node says about itself), cpu_shims, container, spares,
+               gpu_models (which GPUs can render)
     during/    while it trains: hooks and train_hooks (progress, save on a signal), watch (hangs),
                sampler (GPU use, idle GPUs), slow (slow ranks), stacks, culprit, flight (recorder)
     end/       at the end: stop, ending, recovery (requeue or end, which node to leave out),

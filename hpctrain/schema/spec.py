@@ -41,6 +41,10 @@ NonNeg = Annotated[int, Meta(ge=0, le=MAX_COUNT)]
 Seconds = Annotated[int, Meta(ge=1, le=MAX_SECONDS)]
 Release = Annotated[str, Meta(pattern=r"^[0-9]+(\.[0-9]+){0,3}([.+-]?[A-Za-z0-9]+){0,4}\Z", max_length=40)]
 Duration = Annotated[str, Meta(pattern=r"^[0-9]{1,7}(s|m|h)\Z")]  # 90s, 20m, 1h
+MAX_VIDEO_LENGTH, MAX_VIDEO_COUNT = 2000, 20  # a 2000-step clip of 720p frames is ~5.5 GB in memory
+# A partition's name and a GPU model as a site names them (a GRES type or nvidia-smi's name).
+Partition = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}\Z")]
+GpuModel = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_. -]{1,64}\Z")]
 
 
 class _Strict(Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
@@ -339,6 +343,24 @@ class IdleGpus(_Strict):
         return int(self.for_[:-1]) * {"s": 1, "m": 60, "h": 3600}[self.for_[-1]]
 
 
+class Video(_Strict):
+    """Rendered clips of the task (Isaac Lab's --video), bounded: each clip's frames are held in
+    host memory until it is written (IsaacLab #5288, #1996), so its length and the number of clips
+    have ceilings. A job with video: runs only where its GPUs can render (job/video.py)."""
+    length: Annotated[Annotated[int, Meta(ge=1, le=MAX_VIDEO_LENGTH)], Meta(description=(
+            f"environment steps per clip (at most {MAX_VIDEO_LENGTH}: its frames are held in "
+            "memory until it is written)"))] = 200
+    count: Annotated[Annotated[int, Meta(ge=1, le=MAX_VIDEO_COUNT)], Meta(description=(
+            f"clips in all, at most {MAX_VIDEO_COUNT}; the first starts at step 0"))] = 1
+    interval: Annotated[Annotated[int, Meta(ge=1, le=MAX_COUNT)], Meta(description=(
+            "environment steps from one clip's start to the next's (with count > 1)"))] = 2000
+
+    def __post_init__(self):
+        if self.count > 1 and self.interval < self.length:
+            raise ValueError(f"'interval' ({self.interval}) is shorter than 'length' "
+                             f"({self.length}): clips would overlap")
+
+
 class Health(_Strict):
     """Each node's health gate before training (rank/before/health.py), read from nvidia-smi in the
     node check of the launch (or, without one, in each node's launch process before torchrun's
@@ -476,6 +498,9 @@ class JobSpec(_Strict):
     health: Annotated[Health, Meta(description=(
             "each node's GPU health gate before training; the site's health: "
             "section first"))] = field(default_factory=Health)
+    video: Annotated[Video | None, Meta(description=(
+            "record clips of the task (Isaac Lab --video), bounded; the job then runs only "
+            "on GPUs that can render (RT cores)"))] = None
 
 
 class HeadAddress(_Strict):
@@ -599,6 +624,11 @@ class SiteProfile(_Strict):
             "how GPUs are asked for: --gpus-per-node=[type:]N or "
             "--gres=gpu[:type]:N"))] = "gpus-per-node"
     gpu_type: Annotated[str | None, Meta(description="GPU type in the request, e.g. a100")] = None
+    gpu_models: Annotated[dict[Partition, Annotated[list[GpuModel], Meta(min_length=1, max_length=16)]],
+                          Meta(max_length=256, description=(
+            "the GPU models of each partition's nodes (GRES types or nvidia-smi names), e.g. "
+            "{gpu: [h100], viz: [l40s]}: video jobs go to one whose GPUs can render; "
+            "site detect writes it"))] = {}
     limits: Annotated[Limits, Meta(description=(
             "what the nodes can hold; jobs asking for more are refused before "
             "they are submitted"))] = field(default_factory=Limits)
@@ -658,6 +688,21 @@ class SiteProfile(_Strict):
     rest: Annotated[RestRule | None, Meta(description=(
             "submit and follow through slurmrestd instead of Slurm's tools: {url, "
             "token_from}; runs live on a file system both sides see"))] = None
+
+    def gpu_type_on(self, partition: str | None) -> str | None:
+        """The GPU type a job on `partition` asks for: gpu_type, unless gpu_models says that
+        partition has other GPUs (site detect writes the type of the partition it describes,
+        and gpu_models for every partition); then that partition's one GRES type, or none."""
+        models = self.gpu_models.get(partition or "", [])
+        if not models or self.gpu_type in models:
+            return self.gpu_type
+        return models[0] if len(models) == 1 and re.fullmatch(r"[A-Za-z0-9_.-]+", models[0]) else None
+
+    def gpu_models_on(self, partition: str | None) -> list[str]:
+        """The GPU models a job on `partition` gets, as far as the profile says: the type it asks
+        for, else the partition's gpu_models ([]: the profile does not say)."""
+        asked = self.gpu_type_on(partition)
+        return [asked] if asked else list(self.gpu_models.get(partition or "", []))
 
 
 # ---------------------------------------------------------------------------- merging

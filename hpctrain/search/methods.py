@@ -12,7 +12,7 @@ from typing import ClassVar
 import msgspec
 
 from ..errors import HpctrainError
-from ..runs.records import Run
+from ..runs.records import Run, trial_dir
 from .trials import read_study_job
 
 
@@ -61,6 +61,11 @@ class Method(abc.ABC):
     def best(self, run: Run):
         """What the search found so far; HpctrainError while there is nothing."""
 
+    @abc.abstractmethod
+    def best_files(self, run: Run) -> tuple[str, list[str], str]:
+        """What `pull --best` copies: (the best trial's folder and the files outside it, both
+        relative to the study's directory; a line that says which is best and by what)."""
+
 
 class Optuna(Method):
     name, kind, worker = "optuna", "study", "hpctrain.search.worker"
@@ -103,6 +108,11 @@ class Optuna(Method):
     def best(self, run):
         from . import follow
         return follow.best(run)
+
+    def best_files(self, run):
+        b = self.best(run)
+        folder = trial_dir("", b.number).as_posix()
+        return folder, [], f"trial {b.number}, {b.metric or 'value'} {b.value:.6g} ({b.direction})"
 
 
 class Pbt(Method):
@@ -147,6 +157,17 @@ class Pbt(Method):
     def best(self, run):
         from .pbt.show import best_member
         return best_member(run)
+
+    def best_files(self, run):
+        b = self.best(run)
+        try:
+            checkpoint = Path(b.checkpoint).relative_to(run.path).as_posix()
+        except ValueError:
+            raise HpctrainError(f"the best member's checkpoint {b.checkpoint} is not inside "
+                                f"the population's directory {run.path}",
+                                fix="restore the population's records (hpctrain writes them)") from None
+        return (trial_dir("", b.member).as_posix(), [checkpoint],
+                f"member {b.member}, {b.metric} {b.score:.6g} ({b.direction}) at step {b.step}")
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (Optuna(), Pbt())}

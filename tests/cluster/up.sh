@@ -5,8 +5,8 @@
 #   nodeI: network namespace hpct-nodeI, IP 10.231.0.(10+I), own hostname (UTS namespace) and
 #          own mount namespace (/etc/hosts bound from a per-node file), one slurmd (port 6818),
 #          an sshd on the first HPCTRAIN_CLUSTER_SSH_NODES nodes (default 8)
-#   side nodes: HPCTRAIN_CLUSTER_SIDE_NODES more nodes in groups (default "3,2": node5..node7,
-#          then node8..node9), alike but each group in partitions of its own: side and
+#   side nodes: HPCTRAIN_CLUSTER_SIDE_NODES more nodes in groups (default "3,3": node5..node7,
+#          then node8..node10), alike but each group in partitions of its own: side and
 #          sidehigh, side2 and side2high...: scripts/test-all.sh runs its concurrent sessions
 #          there beside the Slurm tier, whose preemptions and node faults never reach them
 #   login: namespace hpct-login, 10.231.0.2, an sshd, Slurm's client commands work there
@@ -42,7 +42,7 @@ readonly WAIT_S=${HPCTRAIN_CLUSTER_WAIT_S:-60}
 if [[ -z ${SLURM_ROOT} ]]; then
     NODES=${HPCTRAIN_CLUSTER_NODES:-4}
     SSH_NODES=${HPCTRAIN_CLUSTER_SSH_NODES:-8}
-    SIDE_GROUPS=${HPCTRAIN_CLUSTER_SIDE_NODES:-3,2}
+    SIDE_GROUPS=${HPCTRAIN_CLUSTER_SIDE_NODES:-3,3}
     EXTRAS=1 # login, laptop, the sshds and the podman image
 else
     NODES=${HPCTRAIN_CLUSTER_NODES:-2}

@@ -52,6 +52,8 @@ def test_gpu_check_on_a_machine_whose_torch_has_no_cuda(tmp_path):
     assert rows["gpus"][0] == "cpu", rows
     assert "nvidia-smi lists 1 GPU(s): 1x NVIDIA H100 80GB HBM3" in rows["gpus"][1]
     assert "cannot use CUDA: the checks run on cpu" in rows["gpus"][1]
+    # The same table video jobs are routed by: an H100 has no RT cores.
+    assert rows["render"] == ("no", "NVIDIA H100 80GB HBM3: H100 cannot render (no RT cores)"), rows
     assert rows["probe"][0] == "ok" and rows["probe"][1].startswith("rank 0 on cpu"), rows
     assert "NCCL: " in rows["probe"][1]
     # Only rsl_rl (installed here) was asked for: it ran; the others are skipped, in their places.
@@ -59,7 +61,7 @@ def test_gpu_check_on_a_machine_whose_torch_has_no_cuda(tmp_path):
     for lib in LIBRARIES:
         if lib != "rsl_rl":
             assert rows[lib] == ("skip", "not asked (--libraries)"), rows
-    assert list(rows) == ["gpus", "probe", "health", "foreign", *LIBRARIES, "stop", "resume",
+    assert list(rows) == ["gpus", "render", "probe", "health", "foreign", *LIBRARIES, "stop", "resume",
                           "report", "idle", "pbt"], rows
     assert rows["stop"][0] == "ok" and "STOPPED (SIGTERM)" in rows["stop"][1], rows
     assert "saved checkpoints/model_" in rows["stop"][1]

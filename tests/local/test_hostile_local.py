@@ -206,6 +206,14 @@ def test_logs_of_a_task_a_sweep_does_not_have_lists_its_tasks(task, finished_swe
     assert cli("logs", run_dir.name, "--task", "1", env={"HPCTRAIN_HOME": str(home)}).stdout
 
 
+def in_one_process(commands: list[list[str]]) -> list[dict]:
+    """Each command's exit status and output, all run by one process (tests/cli_batch.py)."""
+    proc = subprocess.run([sys.executable, "-m", "tests.cli_batch"], cwd=ROOT, text=True,
+                          input=json.dumps(commands), capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 @pytest.mark.parametrize("damage", sorted(_corruptions()))
 def test_damaged_run_directory_never_gives_a_traceback(damage, finished_run, cli, tmp_path, home):
     healthy = finished_run
@@ -223,14 +231,13 @@ def test_damaged_run_directory_never_gives_a_traceback(damage, finished_run, cli
     (home / "runs.jsonl").write_text("\n".join(index) + "\n")
     damaged = tmp_path / "runs" / "damaged" / healthy.name
     _corruptions()[damage](damaged)
-    for command in COMMANDS:
+    commands = [[a.replace("{run}", str(damaged)) for a in command] for command in COMMANDS]
+    for args, answer in zip(commands, in_one_process(commands)):
         tried("state")
-        args = [a.replace("{run}", str(damaged)) for a in command]
-        proc = cli(*args, check=False, timeout=120)
-        assert proc.returncode in (0, 2), (args, proc.returncode, proc.stderr)
-        assert "Traceback" not in proc.stderr + proc.stdout, (args, proc.stderr)
-        if proc.returncode == 2:
-            assert proc.stderr.startswith("error: "), proc.stderr
+        assert answer["rc"] in (0, 2), (args, answer)
+        assert "Traceback" not in answer["err"] + answer["out"], (args, answer["err"])
+        if answer["rc"] == 2:
+            assert answer["err"].startswith("error: "), answer["err"]
     listed = cli("list").stdout
     assert "ok " in listed  # the healthy run is still shown
 
@@ -254,10 +261,10 @@ def test_damaged_index_lines_are_skipped(damage, finished_run, cli, home):
     text = INDEX_DAMAGE[damage]
     with open(home / "runs.jsonl", "w", errors="surrogateescape") as f:
         f.write(text + "\n" + good + "\n")
-    for command in (["list"], ["status"], ["status", finished_run.name], ["logs", finished_run.name]):
+    commands = [["list"], ["status"], ["status", finished_run.name], ["logs", finished_run.name]]
+    for command, answer in zip(commands, in_one_process(commands)):
         tried("state")
-        proc = cli(*command, check=False)
-        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (command, proc.stderr)
+        assert answer["rc"] == 0 and "Traceback" not in answer["err"], (command, answer["err"])
     assert "healthy" in cli("list").stdout
 
 

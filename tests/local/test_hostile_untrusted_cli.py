@@ -58,6 +58,14 @@ def test_hostile_records_run_nothing_through_the_cli(variant, cli, tmp_path, hom
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert proc.stderr.startswith("error: ") and "run.json" in proc.stderr, proc.stderr
         assert "unexpectedly" not in proc.stderr and "Traceback" not in proc.stderr
+    # pull reads only the record's `remote` section (a run of another backend is a directory
+    # here): it copies, or refuses naming run.json; it never runs what a record says.
+    tried("records")
+    pulled = cli("pull", str(d), "--to", tmp_path / "got", check=False, timeout=60)
+    assert pulled.returncode in (0, 2) and "Traceback" not in pulled.stderr, pulled.stderr
+    assert "unexpectedly" not in pulled.stderr
+    assert pulled.returncode == 0 or "run.json" in pulled.stderr, pulled.stderr
+    assert pulled.returncode == 2 or "remote" not in rec, pulled.stdout
     tried("records")
     listed = cli("list", check=False, timeout=60)
     assert listed.returncode == 0 and "bad" in listed.stdout, listed.stdout + listed.stderr

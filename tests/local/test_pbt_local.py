@@ -12,6 +12,7 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import yaml
 
@@ -158,6 +159,16 @@ def test_a_population_copies_perturbs_and_beats_its_fixed_values(cli, tmp_path):
     found = hpctrain.Study(run_dir.name).best()
     assert (found.member, found.score, found.checkpoint) == (
         best["member"], best["score"], best["checkpoint"]) and found.schedule
+    # `pull POPULATION --best`: the best member's folder and its checkpoint, with a manifest.
+    got = tmp_path / "best"
+    out = cli("pull", run_dir.name, "--best", "--to", got).stdout
+    assert f"best: member {best['member']}," in out, out
+    rel = Path(best["checkpoint"]).relative_to(run_dir)
+    assert (got / rel).read_bytes() == Path(best["checkpoint"]).read_bytes()
+    member = f"trials/{best['member']:04d}/"
+    pulled = [f["path"] for f in json.loads((got / "hpctrain-pull.json").read_text())["files"]]
+    assert str(rel) in pulled and all(p.startswith(member) or p == str(rel) for p in pulled), pulled
+    assert any(p.startswith(member + "logs/") for p in pulled), pulled
 
 
 # ----------------------------------------------------------------------------- a moving optimum

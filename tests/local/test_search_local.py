@@ -5,6 +5,7 @@ leaves a readable study, which `submit --resume` continues (the dead worker's tr
 "worker gone" and a new one takes its place). Real processes, real torchrun (gloo on CPU)."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -122,6 +123,15 @@ def test_a_local_study_prunes_finds_the_optimum_and_survives_a_killed_worker(cli
         {t.number: t.user_attrs["pruned_step"] for t in trials if t.state == S.PRUNED}
     cost = follow.cost(Run(run_dir))
     assert cost.pruned == st.counts["PRUNED"] and all(c.node_hours for c in cost.trials if c.state != "FAIL")
+
+    # `pull STUDY --best`: the best trial's folder alone, with a manifest.
+    got = tmp_path / "best"
+    out = cli("pull", run_dir.name, "--best", "--to", got).stdout
+    assert f"best: trial {st.best.number}," in out, out
+    folder = f"trials/{st.best.number:04d}/"
+    pulled = [f["path"] for f in json.loads((got / "hpctrain-pull.json").read_text())["files"]]
+    assert pulled and all(p.startswith(folder) for p in pulled), pulled
+    assert any(p.startswith(folder + "logs/") for p in pulled), pulled
 
 
 def test_failures_in_a_row_stop_the_study_with_their_cause(cli, tmp_path):

@@ -45,6 +45,15 @@ def test_site_detect_writes_a_valid_commented_profile(cli, cluster, tmp_path):
                                    "resources": {"nodes": 2}}))
     check = cli("validate", job, "--site", out, check=False)
     assert check.returncode == 0, check.stdout + check.stderr
+    # Count-only GRES and no model in the nodes' features: no partition is known to render, and a
+    # job with video: is refused before queueing (issue 52, item 3).
+    assert "gpu_models" not in doc and "no GPU model in sinfo's GRES types or node features" in text
+    job.write_text(yaml.safe_dump({"name": "t", "script": "examples/cartpole_ppo.py",
+                                   "resources": {"nodes": 1, "gpus_per_node": 1},
+                                   "video": {"length": 20}}))
+    check = cli("validate", job, "--site", out, check=False)
+    assert check.returncode == 2 and "cannot tell whether the GPUs of partition 'debug'" in check.stderr, \
+        check.stdout + check.stderr
 
 
 def test_site_detect_chooses_the_interface_when_the_name_is_loopback(cli, cluster, tmp_path):

@@ -73,22 +73,28 @@ def slurm_version(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-SINFO_FORMAT = "%P|%l|%D|%c|%m|%G|%N"
+SINFO_FORMAT = "%P|%l|%D|%c|%m|%G|%N|%f"
+MAX_PARTITIONS = 256  # sinfo lines read: a cluster's partitions and node groups
 
 
 def sinfo_partitions(text: str) -> dict[str, dict]:
-    """sinfo lines (SINFO_FORMAT; one per partition and node group) -> per partition: default,
-    time limit, node count, min CPUs and memory of its nodes, GPU counts and types."""
+    """sinfo lines (SINFO_FORMAT; one per partition and node group; without the features, as
+    older captures have them, too) -> per partition: default, time limit, node count, min CPUs
+    and memory of its nodes, GPU counts and types, node features."""
     parts: dict[str, dict] = {}
-    for line in text.splitlines():
+    for line in text.splitlines()[:MAX_PARTITIONS * 4]:
         cells = [said(cell, 200) for cell in line.strip().split("|")]
-        if len(cells) != 7:
+        if len(cells) not in (7, 8):
             continue
-        name, limit, nodes_in, cpus, mem, gres, nodes = cells
+        name, limit, nodes_in, cpus, mem, gres, nodes = cells[:7]
         default = name.endswith("*")
         name = name.rstrip("*")
+        if name not in parts and len(parts) >= MAX_PARTITIONS:
+            continue
         p = parts.setdefault(name, {"default": False, "time": limit, "nodes": 0, "cpus": [],
-                                    "mem_mb": [], "gpus": [], "gpu_types": set(), "nodelist": []})
+                                    "mem_mb": [], "gpus": [], "gpu_types": set(), "nodelist": [],
+                                    "features": set()})
+        p["features"].update(f for f in (cells[7] if len(cells) == 8 else "").split(",")[:32] if f)
         p["default"] |= default
         p["nodes"] += count(nodes_in) or 0
         p["cpus"].append(count(re.sub(r"[^0-9].*", "", cpus)) or 0)
@@ -307,6 +313,7 @@ def decide(name: str, config: dict, parts: dict, partition: str | None, probe: d
         out.key("max_array_size", array - 1,
                 f"scontrol: MaxArraySize={array} (task ids 0..{array - 1})", 2)
 
+    _gpu_models(out, parts)
     _head(out, probe)
     _modules(out, probe)
     _preemption(out, config)
@@ -328,6 +335,30 @@ def decide(name: str, config: dict, parts: dict, partition: str | None, probe: d
 _GPU_TYPE = re.compile(r"[A-Za-z0-9_.-]+")
 _PARTITION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,64}")
+
+
+def _gpu_models(out: Profile, parts: dict) -> None:
+    """gpu_models: each partition's GPU models, from sinfo's GRES types and the node features
+    that name a model the table knows (a feature such as 'ib' names none): where video jobs
+    can go (job/video.py)."""
+    from ...rank.before.gpu_models import verdict, verdicts
+    found, lines = {}, []
+    for name, part in parts.items():
+        models = {t for t in part["gpu_types"] if _GPU_TYPE.fullmatch(t) and len(t) <= 64}
+        models |= {f for f in part["features"] if _GPU_TYPE.fullmatch(f) and len(f) <= 64
+                   and verdict(f).model is not None}
+        if not models or not _PARTITION.fullmatch(name):
+            continue
+        found[name] = sorted(models)[:16]
+        renders, each = verdicts(found[name])
+        lines.append(f"  {name}: " + "; ".join(v.text() for v in each))
+    if not found:
+        out.comment("no GPU model in sinfo's GRES types or node features: a job with video: is "
+                    "refused until gpu_models names each partition's GPUs (e.g. viz: [l40s])")
+        return
+    out.key("gpu_models", found, "sinfo: the GPU models of each partition (GRES types, node "
+            "features); a job with video: goes only to one whose GPUs all render:\n"
+            + "\n".join(lines))
 
 
 def _count(out: Profile, key: str, value: int, least: int, why: str) -> None:
@@ -458,8 +489,8 @@ def _interpreter(out: Profile, probe: dict | None, python: list[str]) -> None:
 def detect(name: str, out_path: Path, partition: str | None, nodelist: str | None,
            python: list[str] | None, probe: bool, work: Path) -> tuple[str, list[str]]:
     config = scontrol_config(commands.run(["scontrol", "show", "config"]))
-    args = ["sinfo", "-h", "-o", SINFO_FORMAT] + (["-p", partition] if partition else [])
-    parts = sinfo_partitions(commands.run(args))
+    # Every partition: gpu_models says where a video job can go, beside the one described.
+    parts = sinfo_partitions(commands.run(["sinfo", "-h", "-o", SINFO_FORMAT]))
     if partition and partition not in parts:
         raise HpctrainError(f"sinfo knows no partition '{partition}'",
                             fix=f"one of: {', '.join(parts) or '(none)'}")

@@ -139,6 +139,32 @@ class SshBackend(Backend):
         return openssh.site_notes(site, where)
 
     @classmethod
+    def job_gpus(cls, job):
+        """The GPU names nvidia-smi gives on each host the job would start on (over ssh, at
+        validate and submit): every one must render for a video job."""
+        from ...rank.before.gpu_models import SMI_QUERY, smi_names
+        from ...rank.printable import clean
+        from ..base import JobGpus
+        site, r = job.site, job.spec.resources
+        hosts = openssh.site_hosts(site.hosts, _site_source(job))[:r.nodes]
+        ssh = openssh.Ssh(openssh.ssh_words(site.ssh), site.ssh.connect_timeout)
+        answers = ssh.run_many({h: ["nvidia-smi", *SMI_QUERY] for h in hosts}, timeout=60)
+        names, said = [], []
+        for host in hosts:
+            result = answers[host]
+            found = smi_names(result.stdout) if result.status == 0 else []
+            if not found:  # one host that cannot say leaves the whole job unknown
+                why = (openssh.problem(result, site.ssh.connect_timeout)[0]
+                       if result.status == 255 else
+                       clean(" ".join((result.stdout + result.stderr).split()), 200))
+                return JobGpus(f"host {host}", [], f"nvidia-smi on {host} gave no GPU name "
+                               f"(exit {result.status}): {why or 'no output'}")
+            names += found
+            said.append(f"{host}: {', '.join(dict.fromkeys(found))}")
+        return JobGpus("host " + ", ".join(hosts) if len(hosts) == 1 else
+                       "hosts " + ", ".join(hosts), names, "nvidia-smi on " + "; ".join(said))
+
+    @classmethod
     def plan_values(cls, job) -> dict:
         from ...libraries import adapter
         site, spec = job.site, job.spec

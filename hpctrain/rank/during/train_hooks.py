@@ -33,6 +33,7 @@ import re
 from .. import progress
 
 from ..end import stop
+from . import video
 from .hooks import after_import, follow_reexports
 
 _MARK = "_hpctrain_train_hook"
@@ -437,6 +438,9 @@ HOOKS: dict[str, list[tuple[str, object]]] = {
     "di_engine": [("ding.utils.pytorch_ddp_dist_helper", _hook_ding_scalar_reductions),
                   ("ding.worker.learner.base_learner", _hook_ding_learner),
                   ("ding.entry.serial_entry", _hook_ding_serial_entry)],
+    # not a library's: the ceiling on a job's video clips (video.py), armed with video:
+    "video": [("isaaclab.envs.utils.video_recorder", video.hook_isaaclab_recorder),
+              ("gymnasium.wrappers", video.hook_gymnasium_record_video)],
 }
 
 _armed: set[tuple[str, str]] = set()
