@@ -60,9 +60,8 @@ def _refusals(cli, run_dir: Path) -> None:
     import torch
     folder = run_dir / "checkpoints"
     good = max(folder.glob("model_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    text = cli("export", run_dir.name, "--checkpoint", good.stem.split("_")[1]).stdout
-    assert "policy.onnx" in text and "tolerance 0.0001" in text, text
     before = _left(run_dir)
+    assert before == [good.stem], before
 
     # NaN weights: the checkpoint's own policy gives no finite actions -> refused, nothing written.
     ckpt = torch.load(good, weights_only=True)

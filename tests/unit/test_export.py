@@ -117,3 +117,19 @@ def test_an_export_record_is_checked_against_its_files(tmp_path):
 def test_samples_out_of_range_are_refused(tmp_path, samples):
     with pytest.raises(HpctrainError, match="--samples"):
         export.export(str(tmp_path), samples=samples)
+
+
+def test_the_text_names_each_file_its_size_and_the_check(tmp_path):
+    run = _run(tmp_path)
+    folder = run.path / "exports" / "model_1"
+    folder.mkdir(parents=True)
+    (folder / "policy.onnx").write_bytes(b"o" * 25506)
+    (folder / "policy.pt").write_bytes(b"p" * 100)
+    record = {"checkpoint": "checkpoints/model_1.pt", "policy": "rsl_rl MLPModel 3 -> [64, 64] (elu) -> 1",
+              "files": [{"name": "policy.onnx", "bytes": 25506}, {"name": "policy.pt", "bytes": 100}],
+              "check": {"samples": 64, "tolerance": 1e-4, "max_diff": {"onnx": 2.3e-07, "torchscript": 0.0}}}
+    (folder / "export.json").write_text(json.dumps(record))
+    lines = export.text(export.read_export(run, "model_1")).splitlines()
+    assert lines[0] == f"exported checkpoints/model_1.pt of run {RUN_ID}: rsl_rl MLPModel 3 -> [64, 64] (elu) -> 1"
+    assert lines[1].endswith("policy.onnx  24.9 KiB") and lines[2].endswith("policy.pt    100 B")
+    assert "onnx 2.3e-07, torchscript 0 (tolerance 0.0001" in lines[3], lines[3]
