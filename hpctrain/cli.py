@@ -490,6 +490,14 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    import json
+    from .follow.export import export, text
+    record = export(args.run, args.checkpoint, args.samples)
+    print(json.dumps(record, indent=2, sort_keys=True) if args.json else text(record))
+    return 0
+
+
 def cmd_pull(args) -> int:
     from pathlib import Path
     from .follow import pull
@@ -680,6 +688,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="the report as one JSON object")
     p.add_argument("--out", help="the PNG of utilization over time (default RUN_DIR/plots/usage.png)")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("export", help="a checkpoint's policy as ONNX and TorchScript in "
+                       "RUN_DIR/exports/<checkpoint>/, checked against the checkpoint's own "
+                       "policy on sampled observations (run under the run's interpreter)")
+    p.add_argument("run", help="run id, run directory or Slurm job id")
+    p.add_argument("--checkpoint", default="latest", metavar="latest|N|PATH",
+                   help="which checkpoint: latest (default), the number in its name (iteration, "
+                   "epoch or timestep) or its path in the run directory")
+    p.add_argument("--samples", type=int, metavar="N",
+                   help="sampled observations the check runs (default 64, at most 4096)")
+    p.add_argument("--json", action="store_true", help="the export record as one JSON object")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("pull", help="copy a run's artifacts (exported policies, evaluations, "
                        "videos, a checkpoint, TensorBoard events, logs) here, from its cluster "

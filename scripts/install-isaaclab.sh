@@ -15,7 +15,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV=${1:-.venv-isaaclab}
 RELEASE=3.0.0
 MARK="$VENV/.hpctrain-isaaclab-$RELEASE"
+# onnxruntime checks `hpctrain export`'s ONNX files under the run's interpreter (added after
+# the first installs: a finished venv without it gets it alone).
+EXTRA=(onnxruntime)
 if [[ -e "$MARK" && -x "$VENV/bin/python" ]]; then
+    if ! "$VENV/bin/python" -c 'import onnxruntime' 2>/dev/null; then
+        UV_CACHE_DIR="$VENV/cache/uv" "$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" "${EXTRA[@]}"
+    fi
     echo "Isaac Lab venv ready: $VENV"
     exit 0
 fi
@@ -38,7 +44,7 @@ export UV_CACHE_DIR="$VENV/cache/uv" WARP_CACHE_PATH="$VENV/cache/warp" XDG_CACH
 # rl-games has no extra in 3.0 (its checkout pins a git fork): PyPI's 1.6.5 trains with it, and
 # isaaclab_rl's rl-games wrapper imports gym beside gymnasium.
 "$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" \
-    "isaaclab[rsl-rl,skrl]==$RELEASE" "rl-games==1.6.5" gym
+    "isaaclab[rsl-rl,skrl]==$RELEASE" "rl-games==1.6.5" gym "${EXTRA[@]}"
 "$VENV/bin/python" tests/programs/isaac_asset_root.py "$VENV/assets"
 # Warp's kernels: one short training in a scratch folder (its logs are not kept). It also writes
 # the bytecode of exactly the modules a rank imports (~3,600 of the venv's ~26,000): every rank

@@ -109,7 +109,7 @@ nice -n 10 bash scripts/install-isaaclab.sh >"${logs}/isaaclab.log" 2>&1 &
 isaaclab_pid=$!
 # torch is pinned by constraints.txt: any other version would pull GBs of CUDA packages.
 PIP_NO_COMPILE=0 .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt \
-    '.[test,rl,jax,watch,docs,search]'
+    '.[test,rl,jax,watch,docs,search,export]'
 export HPCTRAIN_TEST_CLI=${PWD}/.venv/bin/hpctrain
 if ! wait "${apt_pid}"; then
     cat "${logs}/apt.log" >&2

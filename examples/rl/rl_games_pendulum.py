@@ -23,7 +23,8 @@ Resume (rl-games' own restore: weights, optimizer, epoch and frame counters), to
     torchrun ... examples/rl/rl_games_pendulum.py --checkpoint /tmp/rlg/checkpoints/nn/last_pendulum_ep_5_rew_<R>.pth --updates 10
 
 Outputs: DIR/checkpoints/nn/last_pendulum_ep_<epoch>_rew_<reward>.pth (rank 0, rl-games' own
-save; "epoch" inside), DIR/results/rank-<RANK>.json on every rank: sha256 of the weights as
+save; "epoch" inside), the agent's config in DIR/checkpoints/params/agent.yaml (where Isaac
+Lab's train.py saves it; `hpctrain export` reads it), DIR/results/rank-<RANK>.json on every rank: sha256 of the weights as
 the first epoch starts and at the end, and rl-games' critic loss of the first and the last
 epoch; and DIR/results/attempts.jsonl, one line per rank and run (epoch started from, reached).
 """
@@ -38,6 +39,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
+import yaml
 from rl_games.algos_torch import torch_ext
 from rl_games.algos_torch.a2c_continuous import A2CAgent
 from rl_games.common import env_configurations, vecenv
@@ -167,7 +169,13 @@ def main():
     runner = Runner(observer)
     RecordingA2CAgent.SLEEP = args.sleep
     runner.algo_factory.register_builder("a2c_continuous", lambda **kw: RecordingA2CAgent(**kw))
-    runner.load(agent_config(args, rank, world, device, max_epochs=args.updates))
+    config = agent_config(args, rank, world, device, max_epochs=args.updates)
+    if rank == 0:  # the agent's config beside the checkpoints, where Isaac Lab's train saves it
+        params = os.path.join(args.out, "checkpoints", "params")
+        os.makedirs(params, exist_ok=True)
+        with open(os.path.join(params, "agent.yaml"), "w") as f:
+            yaml.safe_dump(config, f)
+    runner.load(config)
     runner.reset()
     attempt = {"rank": rank, "world_size": world, "started_from": resumed_from,
                "resume_from": args.checkpoint,

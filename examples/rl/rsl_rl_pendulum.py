@@ -23,7 +23,8 @@ Resume (rsl-rl's own load: weights, optimizer, iteration):
     torchrun ... examples/rl/rsl_rl_pendulum.py --checkpoint /tmp/rsl/checkpoints/model_4.pt --updates 5
 
 Outputs: DIR/checkpoints/model_<it>.pt (rank 0, rsl-rl's own saves; "iter" inside = it, the
-iteration the file was saved at, where a resumed run starts again), DIR/results/rank-<RANK>.json
+iteration the file was saved at, where a resumed run starts again), the agent's config in
+DIR/checkpoints/params/agent.yaml (where Isaac Lab's train.py saves it; `hpctrain export` reads it), DIR/results/rank-<RANK>.json
 on every rank (sha256 of the actor+critic weights before the first update and at the end,
 rsl-rl's value loss of the first and the last update) and DIR/results/attempts.jsonl, one line
 per rank and run (iteration started from, SLURM_RESTART_COUNT, iteration reached).
@@ -39,6 +40,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
+import yaml
 from rsl_rl.algorithms import PPO
 from rsl_rl.env import VecEnv
 from rsl_rl.runners import OnPolicyRunner
@@ -128,6 +130,15 @@ def train_cfg(steps: int, save_interval: int, entropy_coef: float = 0.01) -> dic
     }
 
 
+def save_config(log_dir: str, cfg: dict) -> None:
+    """DIR/checkpoints/params/agent.yaml, as Isaac Lab's train.py saves it: what the actor is
+    (hpctrain export rebuilds the policy from it and the checkpoint)."""
+    os.makedirs(os.path.join(log_dir, "params"), exist_ok=True)
+    algorithm = {**cfg["algorithm"], "class_name": cfg["algorithm"]["class_name"].__name__}
+    with open(os.path.join(log_dir, "params", "agent.yaml"), "w") as f:
+        yaml.safe_dump({**cfg, "algorithm": algorithm}, f)
+
+
 def params_digest(*modules) -> str:
     h = hashlib.sha256()
     for module in modules:
@@ -152,6 +163,8 @@ def main():
     cfg = train_cfg(args.steps, args.save_interval, args.entropy_coef)
     runner = OnPolicyRunner(env, cfg, log_dir=log_dir,
                             device=device)  # creates the process group
+    if rank == 0:  # the agent's config beside the checkpoints, where Isaac Lab's train saves it
+        save_config(log_dir, cfg)
     resumed_from = 0
     if args.checkpoint:
         runner.load(args.checkpoint, map_location=device)  # every rank loads the same file

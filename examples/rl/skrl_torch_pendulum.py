@@ -23,7 +23,9 @@ installed before `import skrl`, see hpctrain/rank/before/cpu_shims.py):
 Resume (skrl's agent.load: models, optimizer, preprocessors):
     torchrun ... examples/rl/skrl_torch_pendulum.py --checkpoint /tmp/skrl/checkpoints/agent_160.pt
 
-Outputs: DIR/checkpoints/agent_<timestep>.pt (rank 0, skrl's own checkpoints),
+Outputs: DIR/checkpoints/agent_<timestep>.pt (rank 0, skrl's own checkpoints), the agent's
+config in DIR/params/agent.yaml (where Isaac Lab's skrl train.py saves it; `hpctrain export`
+reads it),
 DIR/results/rank-<RANK>.json on every rank (sha256 of the policy+value weights before the first
 update and at the end, skrl's value loss of the first and the last update) and
 DIR/results/attempts.jsonl (one line per rank and run: update started from, SLURM_RESTART_COUNT,
@@ -41,16 +43,16 @@ import time
 
 import gymnasium as gym
 import torch
-import torch.nn as nn
+import yaml
 
 # NOTE: `import skrl` (any skrl import) creates the process group when WORLD_SIZE > 1.
 from skrl import config as skrl_config
 from skrl.agents.torch.ppo import PPO, PPO_CFG
 from skrl.envs.wrappers.torch import wrap_env
 from skrl.memories.torch import RandomMemory
-from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
 from skrl.trainers.torch import SequentialTrainer
 from skrl.utils import set_seed
+from skrl.utils.model_instantiators.torch import deterministic_model, gaussian_model
 
 
 def parse_args():
@@ -68,27 +70,38 @@ def parse_args():
     return p.parse_args()
 
 
-class Policy(GaussianMixin, Model):
-    def __init__(self, observation_space, action_space, device):
-        Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
-        GaussianMixin.__init__(self, clip_actions=True)
-        self.net = nn.Sequential(nn.Linear(self.num_observations, 64), nn.ELU(),
-                                 nn.Linear(64, 64), nn.ELU(), nn.Linear(64, self.num_actions))
-        self.log_std = nn.Parameter(torch.zeros(self.num_actions))
+# The models as skrl's model instantiators build them from a config, as Isaac Lab's skrl train.py
+# does from its agent YAML: the config saved beside the checkpoints says what the policy is.
+MODELS = {
+    "separate": True,
+    "policy": {"class": "GaussianMixin", "clip_actions": True, "initial_log_std": 0.0,
+               "network": [{"name": "net", "input": "OBSERVATIONS", "layers": [64, 64],
+                            "activations": "elu"}],
+               "output": "2.0 * tanh(ACTIONS)"},
+    "value": {"class": "DeterministicMixin", "clip_actions": False,
+              "network": [{"name": "net", "input": "OBSERVATIONS", "layers": [64, 64],
+                           "activations": "elu"}],
+              "output": "ONE"},
+}
 
-    def compute(self, inputs, role=""):
-        return 2.0 * torch.tanh(self.net(inputs["observations"])), {"log_std": self.log_std}
+
+def build_models(observation_space, action_space, device) -> dict:
+    def kwargs(cfg):
+        return {k: v for k, v in cfg.items() if k != "class"}
+    spaces = {"observation_space": observation_space, "action_space": action_space, "device": device}
+    models = {"policy": gaussian_model(**spaces, **kwargs(MODELS["policy"])),
+              "value": deterministic_model(**spaces, **kwargs(MODELS["value"]))}
+    for role, model in models.items():
+        model.init_state_dict(role=role)  # the instantiators' layers are lazy (as skrl's Runner does)
+    return models
 
 
-class Value(DeterministicMixin, Model):
-    def __init__(self, observation_space, action_space, device):
-        Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
-        DeterministicMixin.__init__(self)
-        self.net = nn.Sequential(nn.Linear(self.num_observations, 64), nn.ELU(),
-                                 nn.Linear(64, 64), nn.ELU(), nn.Linear(64, 1))
-
-    def compute(self, inputs, role=""):
-        return self.net(inputs["observations"]), {}
+def save_config(experiment_dir: str) -> None:
+    """DIR/params/agent.yaml, where Isaac Lab's skrl train.py saves the agent's config: what the
+    policy is (hpctrain export rebuilds it from this and the checkpoint)."""
+    os.makedirs(os.path.join(experiment_dir, "params"), exist_ok=True)
+    with open(os.path.join(experiment_dir, "params", "agent.yaml"), "w") as f:
+        yaml.safe_dump({"models": MODELS, "agent": {"class": "PPO", "state_preprocessor": None}}, f)
 
 
 class RecordingPPO(PPO):
@@ -122,8 +135,9 @@ def main():
     envs.reset(seed=args.seed + rank)
     env = wrap_env(envs, wrapper="gymnasium", verbose=False)
 
-    models = {"policy": Policy(env.observation_space, env.action_space, device),
-              "value": Value(env.observation_space, env.action_space, device)}
+    models = build_models(env.observation_space, env.action_space, device)
+    if rank == 0:
+        save_config(os.path.abspath(args.out))
     cfg = PPO_CFG(rollouts=args.steps, learning_epochs=4, mini_batches=4, learning_rate=3e-4,
                   discount_factor=0.99, gae_lambda=0.95, grad_norm_clip=1.0, value_loss_scale=1.0,
                   time_limit_bootstrap=True, rewards_shaper=lambda r, *a, **k: r * 0.1)

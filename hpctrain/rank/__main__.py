@@ -21,6 +21,7 @@
     cuda-probe N                           a tiny CUDA allocation on cuda:0..N-1, one JSON line (health.py)
     notify RUN_DIR VAR FORMAT EVENTS EVENT [DETAIL]  send one event to the webhook in $VAR (notify.py)
     spares pick|replace RUN_DIR NNODES ALLOCATION ...  an attempt's nodes; a spare for a blamed node (spares.py)
+    export RUN_DIR LIBRARY CHECKPOINT NAME [SAMPLES]  a checkpoint's policy as ONNX + TorchScript, checked (after/export.py)
 
 Python runs this file with the folder as sys.path[0]. The folder is loaded as a package under a
 private name instead, so that its modules cannot shadow the program's (a user's `records.py`) or
@@ -56,7 +57,8 @@ USAGE = ("usage: rank run CONFIG.json | launch TIMEOUT TORCHRUN-ARGS... | prefli
          "watch RUN_DIR TIMEOUT | kill-ranks RUN_DIR | stacks RUN_DIR | container RUNTIME... -- RUN-ARGS... | "
          "agent TORCHRUN-ARGS... | stopped RUN_DIR SIG STATUS [STARTED] | end-ranks RUN_DIR [GRACE] | "
          "sample RUN_DIR PARENT NNODES | idle-stopped RUN_DIR STATUS [STARTED] | "
-         "notify RUN_DIR VAR FORMAT EVENTS EVENT [DETAIL] | spares pick|replace RUN_DIR NNODES ...")
+         "notify RUN_DIR VAR FORMAT EVENTS EVENT [DETAIL] | spares pick|replace RUN_DIR NNODES ... | "
+         "export RUN_DIR LIBRARY CHECKPOINT NAME [SAMPLES]")
 
 
 def recover(run_dir: str, max_excluded: int) -> int:
@@ -116,6 +118,8 @@ def main(args: list[str]) -> int:
         return 0
     if command == "spares":
         return _module("before.spares").main(rest)
+    if command == "export":
+        return _module("after.export").main(rest)
     if command == "notify" and len(rest) in (5, 6):
         return _module("end.notify").from_job(*rest)
     print(USAGE, file=sys.stderr)

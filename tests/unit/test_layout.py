@@ -219,6 +219,12 @@ def test_bootstrap_json_is_exactly_the_rank_config(home):
     assert RankConfig(**plan.bootstrap).to_dict() == plan.bootstrap
 
 
+# What the rank side may import inside a function: what the run's own environment has where that
+# function runs (a hook in a rank, rank/after/ under the run's interpreter), never at import.
+RUN_LIBRARIES = ("torch", "jax", "numpy", "yaml", "onnx", "onnxscript", "onnxruntime", "rsl_rl",
+                 "rl_games", "skrl", "tensordict", "gymnasium")
+
+
 def test_rank_side_is_stdlib_only_and_self_contained():
     """hpctrain/rank/ is copied into every run and runs under any interpreter: it imports only
     the standard library and its own modules (relatively); torch and jax only inside the
@@ -237,7 +243,7 @@ def test_rank_side_is_stdlib_only_and_self_contained():
                 [node.module] if isinstance(node, ast.ImportFrom) else []
             for mod in names:
                 top = mod.split(".")[0]
-                if top == "_hpctrain_rank" or (top in ("torch", "jax") and id(node) in inside):
+                if top == "_hpctrain_rank" or (top in RUN_LIBRARIES and id(node) in inside):
                     continue
                 assert top in stdlib or top == "__future__", f"{path.name} imports {mod}"
 
@@ -296,7 +302,7 @@ RANK_GROUPS = {  # group -> the groups its modules may import (besides rank/'s o
     "before": {"before", "during", "end"},  # the bootstrap installs the hooks and the stop path
     "during": {"during", "end"},  # a hook saves and stops through the end's modules
     "end": {"end"},  # the end reads records, never re-runs a check
-    "after": {"after"},  # after training (an evaluation's play): a job of its own, no hook
+    "after": {"after"},  # after training (an evaluation's play, an export): jobs of their own, no hook
 }
 RANK_SHARED = {"__init__", "__main__", "records", "tools", "printable", "phases", "progress", "ddp"}
 
