@@ -48,14 +48,23 @@ def log(text: str) -> None:
     print(f"hpctrain worker: {text}", file=sys.stderr, flush=True)
 
 
-def ranks_started(d: Path, since: float) -> bool:
-    """Whether a trial's ranks started since `since` (rank 0 reported progress in this attempt,
-    not an earlier attempt's file): then every node of the allocation passed the launch's node
-    checks (health gate, barrier, network floor) first."""
+def progress_stamp(d: Path) -> tuple[int, int] | None:
+    """What a trial's rank-0 progress file is now (inode, mtime in ns), None when absent."""
     try:
-        return (d / "status" / "progress-0.json").lstat().st_mtime >= since
+        st = (d / "status" / "progress-0.json").lstat()
     except OSError:
-        return False
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def ranks_started(d: Path, before: tuple[int, int] | None) -> bool:
+    """Whether a trial's ranks started since its progress file was `before` (rank 0 reported
+    progress in this attempt, not an earlier attempt's file): then every node of the allocation
+    passed the launch's node checks (health gate, barrier, network floor) first. Compared by the
+    file itself, not by clocks: a file's time is the kernel's coarse clock, a tick behind
+    time.time(), and a loaded machine may run the child before the parent reads the time."""
+    now = progress_stamp(d)
+    return now is not None and now != before
 
 
 def fits(durations: list[float], end: float | None, now: float) -> bool:
@@ -88,6 +97,7 @@ class Allocation:
         self.durations: list[float] = []  # of the runs that ended by themselves
         self._number: int | None = None
         self._started = 0.0
+        self._progress_before: tuple[int, int] | None = None
 
     @classmethod
     def of_study(cls, run_dir, study: StudyJob, worker: int) -> "Allocation":
@@ -128,6 +138,7 @@ class Allocation:
         env.pop(CHECKED_BY, None)
         if self.checked_by is not None:
             env[CHECKED_BY] = self.checked_by
+        self._progress_before = progress_stamp(d)
         with open_append(str(d / "logs" / "job.out"), str(self.run_dir)) as out:
             # Here (the local site) the launch's shell leads a session of its own, as a
             # submitted job's does: its status/pid then names it to cancel and to `submit
@@ -160,7 +171,7 @@ class Allocation:
         the time left must fit (not a run ended by a signal or stopped early)."""
         status = self.child.wait()
         self.child = None
-        if ranks_started(trial_dir(self.run_dir, self._number), self._started):
+        if ranks_started(trial_dir(self.run_dir, self._number), self._progress_before):
             self.checked_by = trial_rel(self._number)
         if by_itself:
             self.durations.append(time.time() - self._started)

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from hpctrain.rank.before import health, netfloor, preflight
-from hpctrain.search.allocation import ranks_started
+from hpctrain.search.allocation import progress_stamp, ranks_started
 
 
 @pytest.fixture
@@ -95,9 +95,19 @@ def test_the_network_floor_is_measured_again_unless_it_held_on_these_nodes(study
 
 def test_the_worker_names_a_trial_whose_ranks_started_in_this_attempt(tmp_path):
     (tmp_path / "status").mkdir()
-    assert not ranks_started(tmp_path, 0)
+    assert progress_stamp(tmp_path) is None and not ranks_started(tmp_path, None)
     p = tmp_path / "status" / "progress-0.json"
     p.write_text("{}")
-    os.utime(p, (1000, 1000))  # an earlier attempt's report
-    assert not ranks_started(tmp_path, 2000) and ranks_started(tmp_path, 1000)
+    os.utime(p, (1000, 1000))  # an earlier attempt's report, left as it was
+    earlier = progress_stamp(tmp_path)
+    assert ranks_started(tmp_path, None) and not ranks_started(tmp_path, earlier)
+    # This attempt's rank 0 reports, even within the same clock tick (a new file, as the rank
+    # side's atomic write makes, or the same file written again).
+    os.utime(p, ns=(1000 * 10**9, 1000 * 10**9 + 1))
+    assert ranks_started(tmp_path, earlier)
+    q = tmp_path / "new.json"
+    q.write_text("{}")
+    os.utime(q, (1000, 1000))
+    os.replace(q, p)
+    assert ranks_started(tmp_path, earlier)
 
