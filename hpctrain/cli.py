@@ -492,10 +492,60 @@ def cmd_report(args) -> int:
 
 def cmd_export(args) -> int:
     import json
-    from .follow.export import export, text
-    record = export(args.run, args.checkpoint, args.samples)
-    print(json.dumps(record, indent=2, sort_keys=True) if args.json else text(record))
+    from .follow import export
+    chosen = export.choose(args.run, args.checkpoint, args.samples)
+    if export.in_process(chosen.run):
+        if args.dry_run or args.time:
+            raise HpctrainError(f"run {chosen.run.id}'s export runs here, as a child of this "
+                                "command, not as a job: --dry-run and --time are for a job",
+                                fix=f"hpctrain export {chosen.run.id}")
+        record = export.export_here(chosen)
+    else:
+        record = _export_job(args, chosen)
+        if record is None:
+            return 0
+    print(json.dumps(record, indent=2, sort_keys=True) if args.json else export.text(record))
     return 0
+
+
+def _export_job(args, chosen) -> dict | None:
+    """The export as a job derived from the run; with --wait its record (or its error)."""
+    import shlex
+    from .follow import export
+    from .job.export import plan
+    from .submission import collisions, prepare_derived, submit_prepared
+    ex = plan(chosen, args.time)
+    prep = prepare_derived(ex.job, ex.run_id, chosen.run.path, "export")
+    say = sys.stderr if args.json else sys.stdout
+    print(f"exporting {chosen.checkpoint} of run {chosen.run.id} ({chosen.rule}) in a job on "
+          f"{ex.job.site.name}", file=say)
+    if args.dry_run:
+        print(f"# would run: {shlex.join(prep.submit_command)}")
+        print(f"# run directory: {prep.run_dir}")
+        sys.stdout.write(prep.script)
+        return None
+    warned = collisions(prep)
+    for w in warned:
+        print(f"warning: {w}", file=sys.stderr)
+    erun = submit_prepared(prep, warned=warned)
+    rec = erun.record
+    print(f"submitted {rec.name}  run {erun.id}  job {rec.job_id}  on {rec.site}", file=say)
+    print(f"results: {chosen.run.path / 'exports' / chosen.name} (hpctrain status {erun.id})",
+          file=say, flush=True)
+    if not args.wait:
+        return None
+    args.ranks = False
+    import contextlib
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+        code = _wait(args, erun)
+    from .follow.export import job_result
+    result = job_result(erun)
+    if result is not None and "error" in result:
+        raise export.failed(chosen, result)
+    if code != 0 or result is None:
+        raise HpctrainError(f"export job {rec.job_id} (run {erun.id}) ended with status {code} "
+                            "and no export record", fix=f"its output: hpctrain logs {erun.id}")
+    return export.read_export(chosen.run, chosen.name)
 
 
 def cmd_pull(args) -> int:
@@ -693,12 +743,19 @@ def build_parser() -> argparse.ArgumentParser:
                        "RUN_DIR/exports/<checkpoint>/, checked against the checkpoint's own "
                        "policy on sampled observations (run under the run's interpreter)")
     p.add_argument("run", help="run id, run directory or Slurm job id")
-    p.add_argument("--checkpoint", default="latest", metavar="latest|N|PATH",
-                   help="which checkpoint: latest (default), the number in its name (iteration, "
-                   "epoch or timestep) or its path in the run directory")
+    p.add_argument("--checkpoint", default="latest", metavar="latest|best|N|PATH",
+                   help="which checkpoint: latest (default), best (by `hpctrain eval`), the "
+                   "number in its name (iteration, epoch or timestep) or its path in the run "
+                   "directory")
     p.add_argument("--samples", type=int, metavar="N",
                    help="sampled observations the check runs (default 64, at most 4096)")
     p.add_argument("--json", action="store_true", help="the export record as one JSON object")
+    p.add_argument("--wait", action="store_true", help="a run off this machine or in a "
+                   "container is exported by a 1-node job on its site: wait for it and print "
+                   "the record (a run of this machine is exported here, always waited for)")
+    p.add_argument("--time", help="the export job's time limit (default 00:30:00)")
+    p.add_argument("--dry-run", action="store_true", help="print the export job's script, "
+                   "submit nothing")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("pull", help="copy a run's artifacts (exported policies, evaluations, "
@@ -710,7 +767,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a comma list of exports, eval, videos, checkpoint, tensorboard, logs "
                    "(default: all of them)")
     p.add_argument("--checkpoint", default="newest", metavar="WHICH",
-                   help="newest (default), all, none, or a checkpoint's file name")
+                   help="newest (default), best (by `hpctrain eval`), all, none, or a "
+                   "checkpoint's file name")
     p.add_argument("--max-size", metavar="SIZE",
                    help="refuse a selection larger than this, e.g. 500M, 20G (default 20G)")
     p.add_argument("--overwrite", action="store_true",

@@ -1,13 +1,13 @@
-"""`hpctrain export RUN [--checkpoint latest|N|PATH]`: a checkpoint's policy as ONNX and
+"""`hpctrain export RUN [--checkpoint latest|best|N|PATH]`: a checkpoint's policy as ONNX and
 TorchScript in RUN/exports/<checkpoint>/, checked against the checkpoint's own policy.
 
 This side picks the checkpoint (the run's own checkpoint patterns from bootstrap.json, every
-match a regular file reached through no link) and starts the exporter, rank/after/export.py,
-as a subprocess under the run's interpreter (run.json's extra.python, the job's `env:`): torch,
-onnx and the RL library are imported there, never here. It is this hpctrain's copy of the rank
-side that runs, not the run directory's (which may predate export, and is data). The same
-command line (exporter_command) is what a 1-node job derived from the run would run on a node.
-What comes back is read as untrusted: the exporter's last line and exports/NAME/export.json,
+match a regular file reached through no link; best: the best by evaluation) and starts the
+exporter, rank/after/export.py, under the run's interpreter: torch, onnx and the RL library are
+imported there, never here. A run of this machine outside a container: a subprocess (run.json's
+extra.python, the job's `env:`), this hpctrain's copy of the rank side (the run directory's may
+predate export, and is data); it answers in seconds, with no job's bookkeeping. Any other run:
+a 1-node job derived from the run (job/export.py) on its site, in its container. What comes back is read as untrusted: the exporter's last line and exports/NAME/export.json,
 bounded, their files checked against the record.
 """
 from __future__ import annotations
@@ -21,11 +21,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import msgspec
+
 from ..backends import for_run
 from ..errors import HpctrainError
 from ..rank.after.export import MARK, NAME, REFUSED
 from ..rank.end.checkpoints import being_written
 from ..rank.records import RANK_FOLDER
+from ..runs import evaluations
 from ..runs.records import Run
 from ..runs.untrusted import MAX_RECORD, Unreadable, read_regular
 from .attach import job_python
@@ -39,8 +42,19 @@ _NUMBER = (re.compile(r"_ep_([0-9]{1,12})"), re.compile(r"_([0-9]{1,12})\.[A-Za-
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
-def export(ref: str, checkpoint: str = "latest", samples: int | None = None) -> dict:
-    """Export RUN's chosen checkpoint; the record (export.json) with `folder` and `files`' paths."""
+class Chosen(msgspec.Struct, frozen=True):
+    """What an export exports: the run, its library, the checkpoint (relative to the run), the
+    folder name under exports/, the check's sample count (None: the exporter's default)."""
+    run: Run
+    library: str
+    checkpoint: str
+    name: str
+    samples: int | None
+    rule: str  # how the checkpoint was chosen, in words
+
+
+def choose(ref: str, checkpoint: str = "latest", samples: int | None = None) -> Chosen:
+    """The refusals that need no interpreter, then the checkpoint."""
     if samples is not None and not 1 <= samples <= MAX_SAMPLES:
         raise HpctrainError(f"--samples {samples}: the check runs 1 to {MAX_SAMPLES} observations",
                             fix="leave it out (64) or give a number in that range")
@@ -49,23 +63,75 @@ def export(ref: str, checkpoint: str = "latest", samples: int | None = None) -> 
     if library in REFUSED:
         what, fix = REFUSED[library]
         raise HpctrainError(f"run {run.id} ({library}): {what}", fix=fix)
-    if not for_run(run).runs_here:
-        raise HpctrainError(
-            f"run {run.id} ran on its site's nodes, not this machine: its export runs as a "
-            "1-node job derived from the run (the run's interpreter and container are there), "
-            "which this hpctrain does not start yet",
-            fix="on a node that sees the run directory, run the exporter with the run's own "
-            "interpreter: " + " ".join(exporter_command(run, library, "CHECKPOINT", "NAME")))
-    _no_container(run)
-    chosen = pick_checkpoint(run, checkpoint)
-    name = export_name(chosen)
-    command = exporter_command(run, library, chosen, name, samples)
-    result = _run(run, command)
+    chosen, rule = pick_checkpoint(run, checkpoint)
+    return Chosen(run, library, chosen, export_name(chosen), samples, rule)
+
+
+def in_process(run: Run) -> bool:
+    """True where the exporter runs here, as a child of this command: a run of this machine
+    outside a container. Elsewhere it is a job derived from the run (job/export.py), on the
+    run's site, in its container."""
+    return for_run(run).runs_here and not _job(run).get("container")
+
+
+def export(ref: str, checkpoint: str = "latest", samples: int | None = None) -> dict:
+    """Export RUN's chosen checkpoint here (a local run outside a container); the record
+    (export.json) with `folder` and `files`' paths."""
+    return export_here(choose(ref, checkpoint, samples))
+
+
+def export_here(c: Chosen) -> dict:
+    """The exporter as a child of this command; its record, checked."""
+    if not in_process(c.run):
+        raise HpctrainError(f"run {c.run.id} ran on its site's nodes or in a container: its "
+                            "export is a job derived from the run",
+                            fix=f"hpctrain export {c.run.id} --wait")
+    result = _run(c.run, exporter_command(c.run, c.library, c.checkpoint, c.name, c.samples))
     if "error" in result:
-        error = str(result["error"])
-        raise HpctrainError(f"run {run.id}: {error if error.startswith(chosen) else f'{chosen}: {error}'}",
-                            fix=str(result.get("fix") or "see the message"))
-    return read_export(run, name)
+        raise failed(c, result)
+    return read_export(c.run, c.name)
+
+
+def failed(c: Chosen, result: dict) -> HpctrainError:
+    """The exporter's {"error", "fix"} as the command's error."""
+    error = str(result["error"])[:2000]
+    return HpctrainError(f"run {c.run.id}: "
+                         f"{error if error.startswith(c.checkpoint) else f'{c.checkpoint}: {error}'}",
+                         fix=str(result.get("fix") or "see the message")[:2000])
+
+
+def result_line(tail: str) -> dict | None:
+    """The exporter's last `hpctrain-export: {json}` line in its output's tail, if any."""
+    for line in reversed(tail.splitlines()):
+        if line.startswith(MARK):
+            try:
+                result = json.loads(line[len(MARK):])
+            except ValueError:
+                return None
+            return result if isinstance(result, dict) else None
+    return None
+
+
+def job_result(job_run: Run) -> dict | None:
+    """An export job's result: the last `hpctrain-export:` line in a bounded tail of its rank's
+    log (the bootstrap's tee), else of the job's own output (where a rank that never started
+    leaves its words). The run is the export job's, read as untrusted (regular files only)."""
+    from ..runs.untrusted import open_regular
+    places = [job_run.path / "logs" / "rank-0.log", *for_run(job_run).output_files(job_run, None)]
+    for path in places[:4]:
+        if _plain_file(job_run.path, os.path.relpath(path, job_run.path)) is None:
+            continue
+        try:
+            with open_regular(path) as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - MAX_OUTPUT))
+                tail = f.read(MAX_OUTPUT).decode("utf-8", errors="replace")
+        except (OSError, Unreadable):
+            continue
+        result = result_line(tail)
+        if result is not None:
+            return result
+    return None
 
 
 def exporter_command(run: Run, library: str, checkpoint: str, name: str,
@@ -91,14 +157,11 @@ def checkpoints(run: Run) -> list[tuple[str, os.stat_result]]:
     return sorted(found.items(), key=lambda kv: (kv[1].st_mtime_ns, _natural(kv[0])))
 
 
-def pick_checkpoint(run: Run, choice: str) -> str:
-    """latest, a number (the iteration, epoch or timestep in the checkpoint's name), or a path
-    inside the run directory."""
+def pick_checkpoint(run: Run, choice: str) -> tuple[str, str]:
+    """latest, best (by evaluation), a number (the iteration, epoch or timestep in the
+    checkpoint's name), or a path inside the run directory; and the rule, in words."""
     if choice == "best":
-        raise HpctrainError(
-            f"run {run.id}: 'best' is the best checkpoint by evaluation, and export reads no "
-            "evaluation records yet (a training reward is not one)",
-            fix=f"hpctrain export {run.id} --checkpoint latest, or --checkpoint N")
+        return best_checkpoint(run, f"hpctrain export {run.id} --checkpoint latest")
     if choice not in ("latest",) and not choice.isdigit():
         rel = os.path.relpath(os.path.abspath(choice), run.path) if os.path.isabs(choice) else \
             os.path.normpath(choice)
@@ -109,21 +172,40 @@ def pick_checkpoint(run: Run, choice: str) -> str:
             raise HpctrainError(f"{choice}: not a regular file of run {run.id} (missing, or "
                                 "reached through a symbolic link)",
                                 fix=f"hpctrain export {run.id} --checkpoint latest")
-        return rel
+        return rel, "the checkpoint named"
     found = checkpoints(run)
     if not found:
         raise HpctrainError(f"run {run.id} has no checkpoint (its library's patterns: "
                             f"{', '.join(_patterns(run)) or 'none'})",
                             fix="export after the run saved one (hpctrain status shows it)")
     if choice == "latest":
-        return found[-1][0]
+        return found[-1][0], "the newest checkpoint"
     numbered = [rel for rel, _st in found if _number(rel) == int(choice)]
     if not numbered:
         have = sorted({n for n in (_number(rel) for rel, _st in found) if n is not None})
         raise HpctrainError(f"run {run.id} has no checkpoint numbered {choice}",
                             fix=f"its checkpoints: {', '.join(map(str, have[-20:])) or 'unnumbered'}"
                             " (or --checkpoint latest)")
-    return numbered[-1]
+    return numbered[-1], f"the checkpoint numbered {choice}"
+
+
+def best_checkpoint(run: Run, other: str) -> tuple[str, str]:
+    """The checkpoint with the best evaluation (runs/evaluations.best), still a regular file of
+    the run. Never a training reward: a policy to deploy is chosen by how it plays, and `eval`
+    measures that with a fixed seed."""
+    done, _problems = evaluations.read(run.path)
+    top = evaluations.best(done)
+    if top is None:
+        raise HpctrainError(f"run {run.id} has no evaluation: 'best' is the best checkpoint by "
+                            "evaluation (a training reward is not one)",
+                            fix=f"hpctrain eval {run.id} --checkpoint all --wait first (or {other})")
+    rel = os.path.normpath(top.checkpoint)
+    if os.path.isabs(rel) or rel.split(os.sep)[0] == os.pardir or _plain_file(run.path, rel) is None:
+        raise HpctrainError(f"the best evaluated checkpoint {top.checkpoint} of run {run.id} is "
+                            "no longer a regular file of the run",
+                            fix=f"evaluate again: hpctrain eval {run.id} --checkpoint all")
+    return rel, (f"best by evaluation: mean return {top.mean_return:.6g} "
+                 f"(evaluated {top.evaluated})")
 
 
 def export_name(checkpoint: str) -> str:
@@ -190,15 +272,9 @@ def _run(run: Run, command: list[str]) -> dict:
         size = out.seek(0, os.SEEK_END)
         out.seek(max(0, size - MAX_OUTPUT))
         tail = out.read().decode("utf-8", errors="replace")
-    for line in reversed(tail.splitlines()):
-        if line.startswith(MARK):
-            try:
-                result = json.loads(line[len(MARK):])
-            except ValueError:
-                break
-            if isinstance(result, dict):
-                return result
-            break
+    result = result_line(tail)
+    if result is not None:
+        return result
     last = "\n".join(tail.strip().splitlines()[-6:])
     raise HpctrainError(f"the exporter under {command[0]} ended with status {proc.returncode} "
                         f"and no result:\n{last}", fix="the lines above are its last output: "
@@ -213,15 +289,6 @@ def _job(run: Run) -> dict:
     except (OSError, ValueError, yaml.YAMLError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _no_container(run: Run) -> None:
-    if _job(run).get("container"):
-        raise HpctrainError(f"run {run.id} ran in a container: its interpreter and libraries are "
-                            "inside it, and export does not start containers yet",
-                            fix="run the exporter inside the container: python RANK_SIDE export "
-                            f"{run.path} LIBRARY CHECKPOINT NAME (RANK_SIDE: hpctrain/rank of "
-                            "this hpctrain)")
 
 
 def _job_env(run: Run) -> dict[str, str]:

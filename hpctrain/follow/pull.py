@@ -33,7 +33,7 @@ from ..errors import HpctrainError
 from ..rank import tools
 from ..rank.end.checkpoints import being_written
 from ..rank.records import NotRegular
-from ..runs import tree
+from ..runs import evaluations, tree
 from ..runs.records import Run
 from ..runs.untrusted import MAX_FILES, excerpt
 from . import pulled
@@ -487,6 +487,8 @@ def pull(run: Run, dest: Path, kinds: list[str], checkpoint: str = "newest",
             raise HpctrainError(f"{excerpt(part)} is not a path inside the run that pull copies",
                                 fix="check the study's records (its best member's checkpoint)")
     src = source_of(run)
+    if "checkpoint" in kinds and checkpoint == "best":
+        checkpoint = best_checkpoint(run, src, scope)
     starts = [scope] + [str(PurePosixPath(a).parent) for a in also]
     files, skipped = listing(src, sorted(set(s if s != "." else "" for s in starts)))
     patterns = checkpoint_patterns(run, scope) if "checkpoint" in kinds else []
@@ -517,6 +519,29 @@ def pull(run: Run, dest: Path, kinds: list[str], checkpoint: str = "newest",
     pulled.write_manifest(dest, {"run_id": rec.run_id, "name": rec.name, "from": src.shown,
                                  **({"scope": scope} if scope else {})}, old)
     return Pulled(dest, len(chosen), total, copied, skipped)
+
+
+def best_checkpoint(run: Run, src: Here | Far, scope: str = "") -> str:
+    """--checkpoint best: the checkpoint of the best evaluation (`hpctrain eval`'s records, read
+    from what the cluster holds now), as a path inside the run. Never a training reward."""
+    if isinstance(src, Far):  # the records into the mirror here first, as a study's are
+        parts = [*(scope.split("/") if scope else []), "eval"]
+        src.login.pull(src.root, str(run.path), [
+            *(f"--include=/{'/'.join(parts[:i])}/" for i in range(1, len(parts) + 1)),
+            f"--include=/{'/'.join(parts)}/*.json", "--exclude=*"])
+    done, _problems = evaluations.read(run.path / scope if scope else run.path)
+    top = evaluations.best(done)
+    if top is None:
+        raise HpctrainError(f"run {run.id} has no evaluation: 'best' is the best checkpoint by "
+                            "evaluation (a training reward is not one)",
+                            fix=f"hpctrain eval {run.id} --checkpoint all --wait first (or "
+                            "--checkpoint newest)")
+    path = f"{scope}/{top.checkpoint}" if scope else top.checkpoint
+    if not good_name(path):
+        raise HpctrainError(f"the best evaluation names {excerpt(top.checkpoint)}, not a "
+                            "checkpoint inside the run", fix=f"evaluate again: hpctrain eval "
+                            f"{run.id} --checkpoint all")
+    return path
 
 
 # A study's own records (its journal, a population's lineage): what its best is read from.

@@ -87,6 +87,13 @@ def one_rank(source: FromRun, name: str, program: list[str], env: dict[str, str]
         # The run's Isaac Sim caches stay bound: the derived job's program is not Isaac Lab's
         # train, but what it starts is Isaac Lab (containers.plan decides by the library).
         doc["container"] = {**container, "isaac_sim_caches": True}
+    if isinstance(doc.get("container"), dict):
+        # The derived job reads the run's checkpoints and writes its records into the run
+        # (eval/, exports/): a container binds only its own run directory and working directory
+        # (the run's code/ when it was snapshotted), so the run is bound too.
+        where = str(source.run.path)
+        doc["container"] = {**doc["container"], "mounts": [
+            *(doc["container"].get("mounts") or []), f"{where}:{where}:rw"]}
     res = dict(doc.get("resources") or {})
     res.update(nodes=1, procs_per_node=1, spare_nodes=0,
                gpus_per_node=min(1, int(res.get("gpus_per_node") or 0)))

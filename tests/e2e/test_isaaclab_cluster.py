@@ -2,7 +2,8 @@
 Slurm mid-training: the stock `isaaclab train` saves through hpctrain's hooks on the signal,
 the job requeues itself, and the next attempt resumes with `--checkpoint <that model_N.pt>`:
 the iteration count, the checkpoints' numbers and the TensorBoard steps continue across the
-attempts, in one run folder (issue 49, items 2, 3 and 5).
+attempts, in one run folder (issue 49, items 2, 3 and 5); then evaluated and its best checkpoint
+exported by jobs derived from it (issue 52).
 
 The job's nodes have no internet, like most compute nodes: the assets come from the suite's
 own asset root through isaaclab_assets (ISAACSIM_ASSET_ROOT on every rank).
@@ -73,6 +74,17 @@ def test_isaaclab3_preempted_across_nodes_resumes_where_it_saved(cli, cluster, t
     assert [e["iteration"] for e in evals] == sorted({*its[::6], its[-1]}), (its, evals)
     tasks = json.loads(cli("status", eval_dir.name, "--json").stdout)["state"]["tasks"]
     assert len(tasks) == 3 and all(t["state"] == "COMPLETED" for t in tasks), tasks
+
+    # Export (issue 52): the best checkpoint by that evaluation, to ONNX and TorchScript, by one
+    # 1-rank job derived from the run on its site, the check passing under the run's interpreter.
+    top = max(evals, key=lambda e: (e["mean_return"], e["iteration"]))
+    proc = cli("export", run_dir.name, "--checkpoint", "best", "--wait", "--json", timeout=600)
+    record = json.loads(proc.stdout)
+    assert record["checkpoint"] == top["checkpoint"] and record["library"] == "rsl_rl", record
+    assert {f["name"] for f in record["files"]} == {"policy.onnx", "policy.pt"}, record
+    check = record["check"]
+    assert all(0 <= d <= check["tolerance"] for d in check["max_diff"].values()), check
+    assert re.search(r"submitted \S+-export  run \S+  job [0-9]+  on ", proc.stderr), proc.stderr
 
 
 # rl_games and skrl (PyTorch) through 3.0's one CLI: 2 nodes x 1 rank each, a few iterations.

@@ -35,15 +35,43 @@ def _run(tmp_path: Path, library="rsl_rl", backend="local", files=(), **job) -> 
 
 def test_checkpoints_by_latest_number_and_path(tmp_path):
     run = _run(tmp_path, files=["model_2.pt", "model_10.pt", "model_5.pt", ".model_11.pt", "model_12.pt.tmp"])
-    assert export.pick_checkpoint(run, "latest") == "checkpoints/model_5.pt"  # the newest, as resume
-    assert export.pick_checkpoint(run, "10") == "checkpoints/model_10.pt"
-    assert export.pick_checkpoint(run, "checkpoints/model_2.pt") == "checkpoints/model_2.pt"
-    assert export.pick_checkpoint(run, str(run.path / "checkpoints/model_2.pt")) == "checkpoints/model_2.pt"
+    assert export.pick_checkpoint(run, "latest")[0] == "checkpoints/model_5.pt"  # the newest, as resume
+    assert export.pick_checkpoint(run, "10")[0] == "checkpoints/model_10.pt"
+    assert export.pick_checkpoint(run, "checkpoints/model_2.pt")[0] == "checkpoints/model_2.pt"
+    assert export.pick_checkpoint(run, str(run.path / "checkpoints/model_2.pt"))[0] == "checkpoints/model_2.pt"
     with pytest.raises(HpctrainError, match=r"(?s)no checkpoint numbered 7.*its checkpoints: 2, 5, 10"):
         export.pick_checkpoint(run, "7")
     with pytest.raises(HpctrainError, match="not inside run"):
         export.pick_checkpoint(run, "../../etc/passwd")
-    with pytest.raises(HpctrainError, match="by evaluation"):
+    with pytest.raises(HpctrainError, match=r"(?s)no evaluation.*not one.*hpctrain eval .* --checkpoint all"):
+        export.pick_checkpoint(run, "best")  # never silently the training reward's
+
+
+def _evaluated(run: Run, checkpoint: str, mean_return: float, status: str = "ok") -> None:
+    from hpctrain.rank.after.evaluate import record_name
+    folder = run.path / "eval"
+    folder.mkdir(exist_ok=True)
+    (folder / record_name(checkpoint)).write_text(json.dumps({
+        "format": 1, "checkpoint": checkpoint, "iteration": None, "status": status,
+        "mean_return": mean_return, "episode_length": 10.0, "success_rate": None, "episodes": 5,
+        "method": "play", "seed": 1, "evaluated": "2026-01-01T00:00:00",
+        "eval_run": "20260102-000000-eval", "error": None}))
+
+
+def test_best_is_the_best_evaluated_checkpoint_and_never_one_outside_the_run(tmp_path):
+    run = _run(tmp_path, files=["model_2.pt", "model_5.pt", "model_9.pt"])
+    _evaluated(run, "checkpoints/model_2.pt", 3.0)
+    _evaluated(run, "checkpoints/model_5.pt", 7.5)
+    _evaluated(run, "checkpoints/model_9.pt", 99.0, status="failed")
+    rel, rule = export.pick_checkpoint(run, "best")
+    assert rel == "checkpoints/model_5.pt" and "by evaluation: mean return 7.5" in rule
+    (run.path / "checkpoints" / "model_5.pt").unlink()
+    with pytest.raises(HpctrainError, match="no longer a regular file"):
+        export.pick_checkpoint(run, "best")
+    outside = tmp_path / "runs" / "x" / "model_1.pt"
+    outside.write_bytes(b"x")
+    _evaluated(run, "../model_1.pt", 1000.0)  # a hostile record naming a file outside the run
+    with pytest.raises(HpctrainError, match="no longer a regular file"):
         export.pick_checkpoint(run, "best")
 
 
@@ -82,10 +110,28 @@ def test_libraries_without_an_exporter_are_refused_first(tmp_path, library, word
         export.export(str(run.path))
 
 
-def test_a_container_run_is_refused_with_the_command(tmp_path, home):
+def test_a_container_or_cluster_run_is_a_job_not_a_child_of_this_command(tmp_path, home):
     run = _run(tmp_path, files=["model_1.pt"], container={"image": "x.sif"})
-    with pytest.raises(HpctrainError, match="container"):
+    assert export.in_process(_run(tmp_path / "plain", files=["model_1.pt"]))
+    assert not export.in_process(run)
+    with pytest.raises(HpctrainError, match=r"(?s)job derived from the run.*--wait"):
         export.export(str(run.path))
+
+
+def test_an_export_jobs_result_is_its_last_marked_line_in_a_bounded_tail(tmp_path):
+    run = _run(tmp_path)
+    logs = run.path / "logs"
+    logs.mkdir()
+    assert export.job_result(run) is None  # no output yet
+    (logs / "job.out").write_text("booting\n" + export.MARK + '{"error": "from the batch shell"}\n')
+    assert export.job_result(run) == {"error": "from the batch shell"}
+    (logs / "rank-0.log").write_text(export.MARK + '{"error": "old"}\n' + "x" * export.MAX_OUTPUT
+                                     + "\n" + export.MARK + '{"error": "NaN", "fix": "retrain"}\n')
+    assert export.job_result(run) == {"error": "NaN", "fix": "retrain"}
+    (logs / "rank-0.log").unlink()
+    (logs / "rank-0.log").symlink_to(tmp_path / "elsewhere.log")
+    (tmp_path / "elsewhere.log").write_text(export.MARK + '{"error": "planted"}\n')
+    assert export.job_result(run) == {"error": "from the batch shell"}  # the link is not read
 
 
 def test_the_command_is_the_runs_interpreter_on_this_rank_side(tmp_path):

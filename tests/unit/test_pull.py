@@ -196,3 +196,30 @@ def test_no_pulled_file_goes_through_a_link_here(tmp_path):
     with pytest.raises(HpctrainError, match="not a regular file"):
         pulled.check_target(dest, "eval/fifo")
     assert pulled.check_target(dest, "videos/new.mp4") is None
+
+
+def test_best_is_the_best_evaluated_checkpoint_never_a_training_reward(tmp_path):
+    from hpctrain.rank.after.evaluate import record_name
+    from hpctrain.runs.records import Run
+    d = tmp_path / "runs" / "x" / "20240101-000000-abcd"
+    (d / "eval").mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps(dict(run_id=d.name, name="x", site="local",
+                                                backend="local", job_id="local-1", state="COMPLETED")))
+    run = Run(d)
+    with pytest.raises(HpctrainError, match=r"(?s)no evaluation.*hpctrain eval .* --checkpoint all"):
+        pull.best_checkpoint(run, pull.Here(d))
+
+    def evaluated(checkpoint: str, mean_return: float) -> None:
+        (d / "eval" / record_name(checkpoint)).write_text(json.dumps({
+            "format": 1, "checkpoint": checkpoint, "iteration": None, "status": "ok",
+            "mean_return": mean_return, "episode_length": 9.0, "success_rate": None,
+            "episodes": 4, "method": "play", "seed": 1, "evaluated": "2026-01-01T00:00:00",
+            "eval_run": "20260102-000000-eval", "error": None}))
+    evaluated("checkpoints/model_8.pt", 2.0)
+    evaluated("checkpoints/model_9.pt", 5.0)
+    best = pull.best_checkpoint(run, pull.Here(d))
+    assert best == "checkpoints/model_9.pt"
+    assert paths(choose(FILES, "", ["checkpoint"], best, PATTERNS)) == [best]
+    evaluated("../../../etc/passwd", 9.0)  # a hostile record: never a path pull copies
+    with pytest.raises(HpctrainError, match="not a checkpoint inside the run"):
+        pull.best_checkpoint(run, pull.Here(d))

@@ -243,3 +243,7 @@ def _versions() -> dict:
     return out
 
 
+
+
+if __name__ == "__main__":  # a job derived from the run: `-m _hpctrain_rank.after.export ARGS`
+    sys.exit(main(sys.argv[1:]))
