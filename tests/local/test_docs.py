@@ -43,7 +43,7 @@ PAGES = sorted(p for p in DOCS.rglob("*.md")) + [ROOT / "README.md"]
 TITLED_SHELL_BLOCKS = {
     "getting-started.md": 2, "first-hour.md": 2, "libraries.md": 1, "slurm-releases.md": 1, "never-lose-work.md": 1, "performance.md": 1,
     "workstations.md": 3, "remote.md": 1, "search.md": 2, "architecture.md": 1, "testing.md": 2,
-    "rest.md": 1, "export.md": 1, "pull.md": 1,
+    "rest.md": 1, "export.md": 2, "pull.md": 1,
 }
 # Lines the docs test must not run even when a block forgot its title: installs, the suite itself.
 NEVER_RUN = re.compile(r"(^|[\s;&|])((\S*/)?pip3?|python3? -m venv|bash scripts/|(\S*/)?python3? -m pytest|pytest)\b")

@@ -79,6 +79,19 @@ def _refusals(cli, run_dir: Path) -> None:
         assert _left(run_dir) == before, (number, _left(run_dir))
     proc = cli("export", run_dir.name, "--checkpoint", "checkpoints/model_92.pt", check=False)
     assert proc.returncode == 2 and "symbolic link" in proc.stderr, proc.stderr
+    proc = cli("export", run_dir.name, "--checkpoint", "best", check=False)
+    assert proc.returncode == 2 and "has no evaluation" in proc.stderr, proc.stderr  # no reward
+    # The same refusal from a job derived from the run (how a cluster's or a container's run is
+    # exported): the exporter's own error, read back from the job's output, and nothing written.
+    import argparse
+    from hpctrain import cli as hpctrain_cli
+    from hpctrain.errors import HpctrainError
+    from hpctrain.follow import export
+    chosen = export.choose(str(run_dir), "90")
+    with pytest.raises(HpctrainError, match="not finite"):
+        hpctrain_cli._export_job(argparse.Namespace(time=None, json=True, dry_run=False, wait=True),
+                                 chosen)
+    assert _left(run_dir) == before
     # A config whose widths would build a network far larger than the checkpoint: refused
     # before anything is allocated.
     config = folder / "params" / "agent.yaml"
