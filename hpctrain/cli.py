@@ -753,7 +753,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="a run off this machine or in a "
                    "container is exported by a 1-node job on its site: wait for it and print "
                    "the record (a run of this machine is exported here, always waited for)")
-    p.add_argument("--time", help="the export job's time limit (default 00:30:00)")
+    p.add_argument("--time", help="the export job's time limit (default: the run's, at most "
+                   "00:30:00)")
     p.add_argument("--dry-run", action="store_true", help="print the export job's script, "
                    "submit nothing")
     p.set_defaults(func=cmd_export)

@@ -7,8 +7,10 @@ exporter, rank/after/export.py, under the run's interpreter: torch, onnx and the
 imported there, never here. A run of this machine outside a container: a subprocess (run.json's
 extra.python, the job's `env:`), this hpctrain's copy of the rank side (the run directory's may
 predate export, and is data); it answers in seconds, with no job's bookkeeping. Any other run:
-a 1-node job derived from the run (job/export.py) on its site, in its container. What comes back is read as untrusted: the exporter's last line and exports/NAME/export.json,
-bounded, their files checked against the record.
+a 1-node job derived from the run (job/export.py) on its site, in its container (the CLI
+submits it). What comes back is read as untrusted: the exporter's last line (the child's output,
+or a bounded tail of the job's) and exports/NAME/export.json, bounded, its files checked
+against the record.
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import msgspec
 
 from ..follow.export import Chosen
 from ..runs.records import Run
+from ..schema.spec import slurm_seconds
 from .derived import FromRun, from_run, new_place, one_rank
 from .load import Job
 
@@ -34,5 +35,9 @@ def plan(chosen: Chosen, time: str | None = None) -> ExportPlan:
     source = from_run(chosen.run)
     name = f"{source.job.spec.name[:52]}-export"
     run_id, _where = new_place(source, name)
-    job = one_rank(source, name, program(chosen.run, chosen), {}, time or TIME)
+    if time is None:
+        # The run's limit when shorter (it passed the site's limits; a short slot starts sooner).
+        own = source.job.spec.resources.time
+        time = own if slurm_seconds(own) <= slurm_seconds(TIME) else TIME
+    job = one_rank(source, name, program(chosen.run, chosen), {}, time)
     return ExportPlan(job=job, run_id=run_id, source=source, chosen=chosen)

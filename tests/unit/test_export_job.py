@@ -68,6 +68,8 @@ def test_the_export_job_is_one_rank_of_the_run_in_its_container_running_the_expo
     prep = prepare(ex.job, ex.run_id)
     assert prep.run_dir == run.path.parent.parent / "boxed-export" / "20260102-000000-expo"
     assert export_job.plan(_chosen(run), "00:05:00").job.spec.resources.time == "00:05:00"
+    short = trained(dict(BOXED, name="short", resources={"nodes": 2, "time": "00:04:00"}))
+    assert export_job.plan(_chosen(short)).job.spec.resources.time == "00:04:00"  # the run's, shorter
     with pytest.raises(HpctrainError, match="--time"):
         export_job.plan(_chosen(run), "soon")
 
