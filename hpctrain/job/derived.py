@@ -93,7 +93,7 @@ def one_rank(source: FromRun, name: str, program: list[str], env: dict[str, str]
         # (the run's code/ when it was snapshotted), so the run is bound too.
         where = str(source.run.path)
         doc["container"] = {**doc["container"], "mounts": [
-            *(doc["container"].get("mounts") or []), f"{where}:{where}:rw"]}
+            *(doc["container"].get("mounts") or []), f"{where}:{where}"]}
     res = dict(doc.get("resources") or {})
     res.update(nodes=1, procs_per_node=1, spare_nodes=0,
                gpus_per_node=min(1, int(res.get("gpus_per_node") or 0)))
