@@ -510,6 +510,7 @@ def cmd_export(args) -> int:
 
 def _export_job(args, chosen) -> dict | None:
     """The export as a job derived from the run; with --wait its record (or its error)."""
+    import contextlib
     import shlex
     from .follow import export
     from .job.export import plan
@@ -535,11 +536,9 @@ def _export_job(args, chosen) -> dict | None:
     if not args.wait:
         return None
     args.ranks = False
-    import contextlib
-    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):  # --json: the record alone
         code = _wait(args, erun)
-    from .follow.export import job_result
-    result = job_result(erun)
+    result = export.job_result(erun)
     if result is not None and "error" in result:
         raise export.failed(chosen, result)
     if code != 0 or result is None:
