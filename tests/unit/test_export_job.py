@@ -93,3 +93,17 @@ def test_the_export_job_matches_golden_and_passes_shellcheck(trained, update_gol
     said = subprocess.run([SHELLCHECK, "--severity=style", "--shell=bash", str(path)],
                           capture_output=True, text=True)
     assert said.returncode == 0, said.stdout
+
+
+def test_the_cli_prints_the_export_job_on_dry_run_and_refuses_it_for_a_local_run(trained, capsys):
+    from hpctrain.cli import main
+    run = trained()
+    assert main(["export", str(run.path), "--dry-run", "--checkpoint", "5"]) == 0
+    out = capsys.readouterr().out
+    assert f"exporting {CKPT} of run {run.id} (the checkpoint numbered 5) in a job on containers" in out
+    assert "#SBATCH --nodes=1" in out and "-m _hpctrain_rank.after.export" in out
+    assert not (run.path.parent.parent / "boxed-export").exists()  # nothing submitted
+    local = trained({"name": "here", "library": "rsl_rl", "script": "train.py",
+                     "python": "python3"}, site="local", files=["checkpoints/model_1.pt"])
+    assert main(["export", str(local.path), "--dry-run"]) == 2
+    assert "runs here, as a child of this command" in capsys.readouterr().err
