@@ -66,14 +66,15 @@ def test_isaaclab3_preempted_across_nodes_resumes_where_it_saved(cli, cluster, t
     shown = shown[0] if isinstance(shown, list) else shown
     assert shown["step"] == ITERATIONS - 1 and shown["metric"] == "reward", shown
 
-    # Evaluation (issue 52): one in 6 of the checkpoints both attempts saved (the periodic ones
-    # and the one saved on the signal), and the last, as one Slurm job array of one-rank tasks
-    # on the run's partition.
+    # Evaluation (issue 52): the first and the last of the checkpoints both attempts saved (the
+    # periodic ones and the one saved on the signal; how many depends on when the preemption
+    # came), as one Slurm job array of one-rank tasks on the run's partition: two plays, each an
+    # Isaac Lab start (~15 core-s here), are what the suite can pay for.
     its = sorted(checkpoints(run_dir))
-    eval_dir, evals = evaluated(cli, run_dir, "--checkpoint", "all", "--every", "6")
-    assert [e["iteration"] for e in evals] == sorted({*its[::6], its[-1]}), (its, evals)
+    eval_dir, evals = evaluated(cli, run_dir, "--checkpoint", "all", "--every", str(len(its)))
+    assert [e["iteration"] for e in evals] == [its[0], its[-1]], (its, evals)
     tasks = json.loads(cli("status", eval_dir.name, "--json").stdout)["state"]["tasks"]
-    assert len(tasks) == 3 and all(t["state"] == "COMPLETED" for t in tasks), tasks
+    assert len(tasks) == 2 and all(t["state"] == "COMPLETED" for t in tasks), tasks
 
     # Export (issue 52): the best checkpoint by that evaluation, to ONNX and TorchScript, by one
     # 1-rank job derived from the run on its site, the check passing under the run's interpreter.
