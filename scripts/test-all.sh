@@ -260,7 +260,8 @@ release_files=(tests/slurm/test_docs_screens.py tests/slurm/test_submitit.py tes
     tests/slurm/test_slurm_release.py tests/slurm/test_notify.py tests/slurm/test_preempt_cap_releases.py)
 # tests/local files of session D (none needs Isaac Lab's venv), the rest in session B.
 local_d_files=(tests/local/test_report_local.py tests/local/test_pbt_local.py
-    tests/local/test_launch_check.py tests/local/test_search_local.py)
+    tests/local/test_launch_check.py tests/local/test_search_local.py tests/local/test_eval_local.py
+    tests/local/test_hostile_local.py)
 # (A real preemption that hpctrain requeues on 22.05: tests/slurm/test_containers.py, session D.)
 t=$SECONDS
 (
