@@ -169,11 +169,30 @@ def cmd_submit(args) -> int:
     return _wait(args, run, notify)
 
 
-def cmd_eval(args) -> int:
+def _submit_derived(prep, dry_run: bool, say=sys.stdout):
+    """Submit a job derived from a run (eval, export): its script with --dry-run (None), else
+    its run, after collisions' warnings (a job that can never start is refused there)."""
     import shlex
+    from .submission import collisions, submit_prepared
+    if dry_run:
+        print(f"# would run: {shlex.join(prep.submit_command)}")
+        print(f"# run directory: {prep.run_dir}")
+        sys.stdout.write(prep.script)
+        return None
+    warned = collisions(prep)
+    for w in warned:
+        print(f"warning: {w}", file=sys.stderr)
+    erun = submit_prepared(prep, warned=warned)
+    rec = erun.record
+    print(f"submitted {rec.name}  run {erun.id}  job {rec.job_id}  on {rec.site}"
+          + (f"  ({rec.array_size} tasks)" if rec.array_size else ""), file=say)
+    return erun
+
+
+def cmd_eval(args) -> int:
     from .follow.operate import resolve
     from .job.evaluate import plan
-    from .submission import prepare_derived, submit_prepared
+    from .submission import prepare_derived
     ev = plan(resolve(args.run), args.checkpoint, args.every, args.episodes, args.steps,
               args.time)
     for why in ev.skipped:
@@ -187,19 +206,9 @@ def cmd_eval(args) -> int:
                 print(f"  ... {len(ev.chosen) - 15} more")
             continue
         print(f"  {c.path}" + (f"  (iteration {c.iteration})" if c.iteration is not None else ""))
-    if args.dry_run:
-        print(f"# would run: {shlex.join(prep.submit_command)}")
-        print(f"# run directory: {prep.run_dir}")
-        sys.stdout.write(prep.script)
+    erun = _submit_derived(prep, args.dry_run)
+    if erun is None:
         return 0
-    from .submission import collisions
-    warned = collisions(prep)  # an evaluation that can never start is refused here
-    for w in warned:
-        print(f"warning: {w}", file=sys.stderr)
-    erun = submit_prepared(prep, warned=warned)
-    rec = erun.record
-    print(f"submitted {rec.name}  run {erun.id}  job {rec.job_id}  on {rec.site}"
-          + (f"  ({rec.array_size} tasks)" if rec.array_size else ""))
     print(f"run directory: {erun.path}")
     print(f"results: {run.path / 'eval'} (hpctrain status {run.id})", flush=True)
     code = _wait(args, erun)
@@ -511,26 +520,18 @@ def cmd_export(args) -> int:
 def _export_job(args, chosen) -> dict | None:
     """The export as a job derived from the run; with --wait its record (or its error)."""
     import contextlib
-    import shlex
     from .follow import export
     from .job.export import plan
-    from .submission import collisions, prepare_derived, submit_prepared
+    from .submission import prepare_derived
     ex = plan(chosen, args.time)
     prep = prepare_derived(ex.job, ex.run_id, chosen.run.path, "export")
     say = sys.stderr if args.json else sys.stdout
     print(f"exporting {chosen.checkpoint} of run {chosen.run.id} ({chosen.rule}) in a job on "
           f"{ex.job.site.name}", file=say)
-    if args.dry_run:
-        print(f"# would run: {shlex.join(prep.submit_command)}")
-        print(f"# run directory: {prep.run_dir}")
-        sys.stdout.write(prep.script)
+    erun = _submit_derived(prep, args.dry_run, say)
+    if erun is None:
         return None
-    warned = collisions(prep)
-    for w in warned:
-        print(f"warning: {w}", file=sys.stderr)
-    erun = submit_prepared(prep, warned=warned)
     rec = erun.record
-    print(f"submitted {rec.name}  run {erun.id}  job {rec.job_id}  on {rec.site}", file=say)
     print(f"results: {chosen.run.path / 'exports' / chosen.name} (hpctrain status {erun.id})",
           file=say, flush=True)
     if not args.wait:
